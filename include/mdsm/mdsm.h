@@ -1,0 +1,109 @@
+/* mdsm — MPI message passing and a software distributed shared memory in one program.
+ *
+ * C API. Every function that can fail returns an mdsm_status; mdsm_strerror() describes a code
+ * and mdsm_last_error() returns the full message of the calling thread's last failure (what
+ * went wrong and what to do). The semantics are those of the C++ API in mdsm.hpp, which
+ * documents the model and the handler contract in full. In short, a handler:
+ *   - must not block and must not touch the coherent region;
+ *   - must dispose of a MDSM_RELEASE / MDSM_RELEASE_NT message exactly once, with
+ *     mdsm_accept, mdsm_forward or mdsm_store.
+ */
+#ifndef MDSM_H
+#define MDSM_H
+
+#include <mdsm/mdsm_status.h>
+#include <mpi.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- start-up and shut-down ------------------------------------------------------------- */
+
+typedef struct mdsm_options {
+  size_t coherent_size;       /* bytes of the coherent region; 0: MDSM_COHERENT_SIZE or 1 GiB */
+  size_t unit_pages;          /* coherence unit in OS pages; 0: MDSM_COHERENT_UNIT_PAGES or 1 */
+  uintptr_t coherent_address; /* 0: the ranks agree on an address */
+  int strict_address;         /* nonzero: fail instead of moving away from coherent_address */
+  int progress_thread;        /* nonzero: run a progress thread (MDSM_PROGRESS_THREAD overrides) */
+} mdsm_options;
+
+/* Fills in the defaults. */
+void mdsm_options_init(mdsm_options* opts);
+/* Initializes MPI (MPI_THREAD_MULTIPLE) if nobody has, then mdsm over MPI_COMM_WORLD.
+ * opts may be NULL. Collective. */
+mdsm_status mdsm_init(int* argc, char*** argv, const mdsm_options* opts);
+/* Collective over comm; MPI must provide MPI_THREAD_MULTIPLE. opts may be NULL. */
+mdsm_status mdsm_init_comm(MPI_Comm comm, const mdsm_options* opts);
+/* Collective. Waits until no message is in flight, prints MDSM_STATS output, releases all. */
+mdsm_status mdsm_finalize(void);
+int mdsm_initialized(void);
+mdsm_status mdsm_rank(int* rank);
+mdsm_status mdsm_size(int* size);
+/* The full message of this thread's last failed call ("" if none). */
+const char* mdsm_last_error(void);
+
+/* ---- annotated active messages ------------------------------------------------------------ */
+
+typedef enum mdsm_annotation {
+  MDSM_NONE = 0,       /* not synchronizing, nothing attached */
+  MDSM_REQUEST = 1,    /* not synchronizing, carries the sender's vector time */
+  MDSM_RELEASE = 2,    /* synchronizing: a release on send, an acquire on accept */
+  MDSM_RELEASE_NT = 3  /* synchronizing, carries only the sender's own intervals */
+} mdsm_annotation;
+
+typedef uint32_t mdsm_handler_id;
+typedef struct mdsm_message mdsm_message; /* valid only while its handler runs */
+typedef struct mdsm_stored mdsm_stored;   /* a stored message; free with mdsm_stored_free */
+typedef void (*mdsm_handler_fn)(mdsm_message* msg, void* context);
+
+/* Collective: same handlers, same order, on every rank. */
+mdsm_status mdsm_register_handler(const char* name, mdsm_handler_fn fn, void* context, mdsm_handler_id* id);
+/* Asynchronous; the payload is copied before the call returns. */
+mdsm_status mdsm_send(int dest, mdsm_handler_id handler, const void* payload, size_t len, mdsm_annotation annotation);
+
+int mdsm_message_source(const mdsm_message* msg);
+int mdsm_message_origin(const mdsm_message* msg);
+mdsm_annotation mdsm_message_annotation(const mdsm_message* msg);
+const void* mdsm_message_payload(const mdsm_message* msg, size_t* len);
+mdsm_status mdsm_accept(mdsm_message* msg);
+mdsm_status mdsm_forward(mdsm_message* msg, int dest);
+mdsm_status mdsm_store(mdsm_message* msg, mdsm_stored** stored);
+
+/* From an application thread, returns once the acquire is complete. */
+mdsm_status mdsm_stored_accept(mdsm_stored* stored);
+mdsm_status mdsm_stored_forward(mdsm_stored* stored, int dest);
+int mdsm_stored_origin(const mdsm_stored* stored);
+mdsm_annotation mdsm_stored_annotation(const mdsm_stored* stored);
+const void* mdsm_stored_payload(const mdsm_stored* stored, size_t* len);
+/* Frees a stored message (reported if it was a RELEASE never accepted or forwarded). */
+void mdsm_stored_free(mdsm_stored* stored);
+
+/* Delivers pending messages on the calling thread. */
+mdsm_status mdsm_poll(void);
+/* Drives progress until done(context) returns nonzero. */
+mdsm_status mdsm_wait_until(int (*done)(void* context), void* context);
+int mdsm_in_handler(void);
+
+/* ---- the coherent region --------------------------------------------------------------------- */
+
+mdsm_status mdsm_alloc(size_t bytes, void** ptr);            /* non-collective, unique address */
+mdsm_status mdsm_alloc_collective(size_t bytes, void** ptr); /* collective, same address */
+mdsm_status mdsm_free(void* ptr);
+mdsm_status mdsm_free_collective(void* ptr);
+int mdsm_is_coherent(const void* ptr);
+mdsm_status mdsm_gc(void); /* collective */
+
+/* ---- statistics ----------------------------------------------------------------------------- */
+
+size_t mdsm_stat_count(void);
+const char* mdsm_stat_name(size_t index); /* NULL past the end */
+mdsm_status mdsm_stat(const char* name, uint64_t* value);
+mdsm_status mdsm_stats_reset(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

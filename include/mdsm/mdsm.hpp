@@ -1,0 +1,224 @@
+// mdsm — MPI message passing and a software distributed shared memory in one program.
+//
+// C++ API. Every function throws mdsm::error (with an mdsm_status code and a message that
+// says what to do) on misuse; none of them crash on bad input. The C API (mdsm.h) offers the
+// same operations with status codes.
+//
+// The model in one paragraph: a *coherent region* mapped at the same address on every rank is
+// kept consistent lazily (release consistency, multiple writers, page granularity), and only
+// synchronizing messages move consistency. Every message carries one annotation:
+//   RELEASE     sending is a release, accepting it is an acquire: the receiver sees every write
+//               the sender (or anyone it synchronized with before) made before sending.
+//   RELEASE_NT  the same, but carries only intervals the sender created itself; the receiver
+//               detects anything missing from the required vector time and fetches it.
+//   REQUEST     not synchronizing; carries the sender's vector time so a RELEASE reply can be
+//               tailored to exactly what the requester lacks.
+//   NONE        not synchronizing, nothing attached: costs what a plain MPI message costs.
+#pragma once
+
+#include <mdsm/error.hpp>
+
+#include <mpi.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <type_traits>
+
+namespace mdsm {
+
+// ---- start-up and shut-down ----------------------------------------------------------------
+
+struct options {
+  // Bytes of the coherent region (0: MDSM_COHERENT_SIZE, default 1 GiB). Reserved, not committed.
+  std::size_t coherent_size = 0;
+  // Coherence unit in OS pages (0: MDSM_COHERENT_UNIT_PAGES, default 1).
+  std::size_t unit_pages = 0;
+  // Map the region here (0: the ranks agree on an address). If some rank cannot map it, another
+  // address is agreed on, unless `strict_address` is set: then init fails with MDSM_ERR_REGION_MAP.
+  std::uintptr_t coherent_address = 0;
+  bool strict_address = false;
+  // Run a progress thread (environment MDSM_PROGRESS_THREAD overrides).
+  bool progress_thread = true;
+};
+
+// Collective over `comm` (MPI must be initialized with MPI_THREAD_MULTIPLE; otherwise throws
+// MDSM_ERR_THREAD_LEVEL). mdsm talks over private duplicates of `comm`.
+void init(MPI_Comm comm, const options& opts = {});
+// Initializes MPI with MPI_THREAD_MULTIPLE if nobody has, then init(MPI_COMM_WORLD). If mdsm
+// initialized MPI, finalize() finalizes it.
+void init(int* argc, char*** argv, const options& opts = {});
+// Collective: waits until no mdsm message is in flight anywhere, prints MDSM_STATS output,
+// releases everything. Coherent memory is gone afterwards.
+void finalize();
+bool initialized() noexcept;
+int rank();
+int size();
+
+// ---- annotated active messages ------------------------------------------------------------
+
+enum class annotation : std::uint8_t { none = 0, request = 1, release = 2, release_nt = 3 };
+const char* to_string(annotation a) noexcept;
+
+using handler_id = std::uint32_t;
+class message;
+class stored_message;
+using handler_fn = std::function<void(message&)>;
+
+namespace detail {
+struct inbound;
+struct stored;
+}  // namespace detail
+
+// Registers a handler under `name`. Collective: every rank registers the same handlers in the
+// same order; the returned id is the same everywhere (checked: MDSM_ERR_HANDLER_MISMATCH).
+//
+// THE HANDLER CONTRACT. A handler runs in mdsm's delivery context (on the progress thread, or on
+// an application thread that is waiting inside mdsm). Handlers of one rank run one at a time,
+// and messages from one sender are handled in the order they were sent. A handler
+//   * must not block: no waits, no blocking MPI, no mdsm call that waits for a remote event
+//     (detected: MDSM_ERR_HANDLER_CONTEXT);
+//   * must not touch the coherent region (detected on every access that faults: the process
+//     stops with a message naming the handler; reads of a valid page cannot be detected);
+//   * must dispose of a RELEASE or RELEASE_NT message exactly once: accept(), forward(rank), or
+//     store(). Returning without doing so is reported (MDSM_ERR_NOT_DISPOSED, naming the
+//     handler) by the next mdsm call of the application; disposing twice throws at once.
+// Handlers may send messages, forward, store, and accept. An accept inside a handler completes
+// asynchronously if consistency information must be fetched; mdsm guarantees it has completed
+// before the application thread returns from its next wait_until()/poll() or touches the page.
+handler_id register_handler(std::string_view name, handler_fn fn);
+
+// Sends `payload` to `dest`'s handler `h`. Asynchronous: returns once the payload is copied
+// (it may lie anywhere, coherent memory included). RELEASE and RELEASE_NT close the current
+// interval. Per-sender order is preserved end to end.
+void send(int dest, handler_id h, std::span<const std::byte> payload, annotation a);
+
+template <class T>
+void send_value(int dest, handler_id h, const T& value, annotation a) {
+  static_assert(std::is_trivially_copyable_v<T>, "send_value needs a trivially copyable type; use send() with bytes");
+  send(dest, h, std::as_bytes(std::span<const T, 1>(&value, 1)), a);
+}
+
+// A message, as seen by its handler. Valid only while the handler runs (store() to keep it).
+class message {
+ public:
+  int source() const noexcept;  // the rank that delivered it (the last forwarder)
+  int origin() const noexcept;  // the original sender (survives forwarding)
+  annotation annot() const noexcept;
+  handler_id handler() const noexcept;
+  std::span<const std::byte> payload() const noexcept;
+  // The payload as one T; throws MDSM_ERR_INVALID_ARGUMENT if the size differs.
+  template <class T>
+  T as() const {
+    static_assert(std::is_trivially_copyable_v<T>);
+    auto p = payload();
+    check_size(sizeof(T));
+    T v;
+    std::memcpy(&v, p.data(), sizeof(T));
+    return v;
+  }
+  // Consistency actions run and the message is delivered (an acquire for RELEASE kinds).
+  void accept();
+  // Passes the message on unchanged (payload and consistency information); origin() stays.
+  void forward(int dest);
+  // Keeps the message; accept or forward it later from any context.
+  stored_message store();
+  bool disposed() const noexcept;
+
+ private:
+  friend struct detail::inbound;
+  explicit message(detail::inbound* in) noexcept : in_(in) {}
+  void check_size(std::size_t n) const;
+  detail::inbound* in_;
+};
+
+// A stored message. Move-only. Destroying a RELEASE/RELEASE_NT that was never accepted or
+// forwarded is reported (MDSM_ERR_NOT_DISPOSED) by the next mdsm call.
+class stored_message {
+ public:
+  stored_message() noexcept;
+  stored_message(stored_message&&) noexcept;
+  stored_message& operator=(stored_message&&) noexcept;
+  ~stored_message();
+
+  explicit operator bool() const noexcept { return s_ != nullptr; }
+  int source() const;
+  int origin() const;
+  annotation annot() const;
+  handler_id handler() const;
+  std::span<const std::byte> payload() const;  // stays readable after accept()
+  template <class T>
+  T as() const {
+    static_assert(std::is_trivially_copyable_v<T>);
+    auto p = payload();
+    check_size(sizeof(T));
+    T v;
+    std::memcpy(&v, p.data(), sizeof(T));
+    return v;
+  }
+  // From an application thread: returns once the acquire is complete. From a handler: starts it.
+  void accept();
+  void forward(int dest);
+  bool disposed() const;
+
+ private:
+  friend class message;
+  explicit stored_message(std::unique_ptr<detail::stored> s) noexcept;
+  void check_size(std::size_t n) const;
+  std::unique_ptr<detail::stored> s_;
+};
+
+// ---- waiting ---------------------------------------------------------------------------------
+
+// Delivers pending messages (runs handlers) on the calling thread; returns without waiting for
+// new ones. Application threads only.
+void poll();
+// Drives progress until `done()` returns true. `done` is called without locks held; state it
+// reads that handlers write must be atomic (or otherwise synchronized). Application threads only.
+void wait_until(const std::function<bool()>& done);
+// True inside a message handler.
+bool in_handler() noexcept;
+
+// ---- the coherent region -----------------------------------------------------------------------
+
+// Allocates `bytes` of coherent memory. Non-collective: any rank may call it; the address is
+// unique in the job and means the same object on every rank (send it in a message).
+// Throws MDSM_ERR_OUT_OF_MEMORY when this rank's arena has no room left.
+void* alloc(std::size_t bytes);
+// Collective: every rank calls it with the same size and gets the same address.
+void* alloc_collective(std::size_t bytes);
+// Frees memory from alloc() (any rank may free it; the owner's arena gets it back).
+void free(void* p);
+// Collective counterpart of alloc_collective().
+void free_collective(void* p);
+bool is_coherent(const void* p) noexcept;
+
+template <class T>
+T* alloc_array(std::size_t n) {
+  static_assert(std::is_trivially_copyable_v<T>, "coherent memory holds trivially copyable objects");
+  return static_cast<T*>(alloc(n * sizeof(T)));
+}
+template <class T>
+T* alloc_collective_array(std::size_t n) {
+  static_assert(std::is_trivially_copyable_v<T>, "coherent memory holds trivially copyable objects");
+  return static_cast<T*>(alloc_collective(n * sizeof(T)));
+}
+
+// Collective garbage collection of consistency metadata (also a global barrier).
+void gc();
+
+// ---- statistics ----------------------------------------------------------------------------------
+
+// This rank's counters by name (see docs/RUNNING.md for their meaning).
+std::map<std::string, std::uint64_t> statistics();
+// Collective: every rank's counters summed.
+std::map<std::string, std::uint64_t> statistics_total();
+void statistics_reset();
+
+}  // namespace mdsm

@@ -1,0 +1,213 @@
+// The C API: each function calls the C++ API and turns mdsm::error into a status code (and the
+// thread's last-error message). Nothing may throw across this boundary.
+#include "stats/counters.hpp"
+
+#include <mdsm/mdsm.h>
+#include <mdsm/mdsm.hpp>
+
+#include <cstring>
+#include <string>
+
+namespace {
+
+thread_local std::string t_last_error;
+
+template <class F>
+mdsm_status guarded(F&& f) noexcept {
+  try {
+    f();
+    return MDSM_SUCCESS;
+  } catch (const mdsm::error& e) {
+    t_last_error = e.what();
+    return e.code();
+  } catch (const std::bad_alloc&) {
+    t_last_error = "mdsm: out of memory";
+    return MDSM_ERR_OUT_OF_MEMORY;
+  } catch (const std::exception& e) {
+    t_last_error = std::string("mdsm: ") + e.what();
+    return MDSM_ERR_INTERNAL;
+  }
+}
+
+mdsm_status null_arg(const char* what) {
+  t_last_error = std::string("mdsm: ") + what + " must not be NULL";
+  return MDSM_ERR_INVALID_ARGUMENT;
+}
+
+mdsm::options to_options(const mdsm_options* o) {
+  mdsm::options opts;
+  if (o == nullptr) return opts;
+  opts.coherent_size = o->coherent_size;
+  opts.unit_pages = o->unit_pages;
+  opts.coherent_address = o->coherent_address;
+  opts.strict_address = o->strict_address != 0;
+  opts.progress_thread = o->progress_thread != 0;
+  return opts;
+}
+
+mdsm::message& msg(mdsm_message* m) { return *reinterpret_cast<mdsm::message*>(m); }
+const mdsm::message& msg(const mdsm_message* m) { return *reinterpret_cast<const mdsm::message*>(m); }
+mdsm::stored_message& st(mdsm_stored* s) { return *reinterpret_cast<mdsm::stored_message*>(s); }
+const mdsm::stored_message& st(const mdsm_stored* s) { return *reinterpret_cast<const mdsm::stored_message*>(s); }
+
+}  // namespace
+
+extern "C" {
+
+void mdsm_options_init(mdsm_options* o) {
+  if (o == nullptr) return;
+  std::memset(o, 0, sizeof *o);
+  o->progress_thread = 1;
+}
+
+mdsm_status mdsm_init(int* argc, char*** argv, const mdsm_options* opts) {
+  return guarded([&] { mdsm::init(argc, argv, to_options(opts)); });
+}
+
+mdsm_status mdsm_init_comm(MPI_Comm comm, const mdsm_options* opts) {
+  return guarded([&] { mdsm::init(comm, to_options(opts)); });
+}
+
+mdsm_status mdsm_finalize(void) { return guarded([] { mdsm::finalize(); }); }
+int mdsm_initialized(void) { return mdsm::initialized() ? 1 : 0; }
+
+mdsm_status mdsm_rank(int* rank) {
+  if (rank == nullptr) return null_arg("rank");
+  return guarded([&] { *rank = mdsm::rank(); });
+}
+
+mdsm_status mdsm_size(int* size) {
+  if (size == nullptr) return null_arg("size");
+  return guarded([&] { *size = mdsm::size(); });
+}
+
+const char* mdsm_last_error(void) { return t_last_error.c_str(); }
+
+mdsm_status mdsm_register_handler(const char* name, mdsm_handler_fn fn, void* context, mdsm_handler_id* id) {
+  if (name == nullptr) return null_arg("name");
+  if (fn == nullptr) return null_arg("fn");
+  if (id == nullptr) return null_arg("id");
+  return guarded([&] {
+    *id = mdsm::register_handler(name, [fn, context](mdsm::message& m) {
+      fn(reinterpret_cast<mdsm_message*>(&m), context);
+    });
+  });
+}
+
+mdsm_status mdsm_send(int dest, mdsm_handler_id handler, const void* payload, size_t len, mdsm_annotation a) {
+  if (payload == nullptr && len != 0) return null_arg("payload (with a nonzero length)");
+  return guarded([&] {
+    mdsm::send(dest, handler, std::span<const std::byte>(static_cast<const std::byte*>(payload), len),
+               static_cast<mdsm::annotation>(a));
+  });
+}
+
+int mdsm_message_source(const mdsm_message* m) { return m ? msg(m).source() : -1; }
+int mdsm_message_origin(const mdsm_message* m) { return m ? msg(m).origin() : -1; }
+mdsm_annotation mdsm_message_annotation(const mdsm_message* m) {
+  return m ? static_cast<mdsm_annotation>(msg(m).annot()) : MDSM_NONE;
+}
+
+const void* mdsm_message_payload(const mdsm_message* m, size_t* len) {
+  if (m == nullptr) return nullptr;
+  auto p = msg(m).payload();
+  if (len) *len = p.size();
+  return p.data();
+}
+
+mdsm_status mdsm_accept(mdsm_message* m) {
+  if (m == nullptr) return null_arg("msg");
+  return guarded([&] { msg(m).accept(); });
+}
+
+mdsm_status mdsm_forward(mdsm_message* m, int dest) {
+  if (m == nullptr) return null_arg("msg");
+  return guarded([&] { msg(m).forward(dest); });
+}
+
+mdsm_status mdsm_store(mdsm_message* m, mdsm_stored** out) {
+  if (m == nullptr) return null_arg("msg");
+  if (out == nullptr) return null_arg("stored");
+  return guarded([&] {
+    auto* s = new mdsm::stored_message(msg(m).store());
+    *out = reinterpret_cast<mdsm_stored*>(s);
+  });
+}
+
+mdsm_status mdsm_stored_accept(mdsm_stored* s) {
+  if (s == nullptr) return null_arg("stored");
+  return guarded([&] { st(s).accept(); });
+}
+
+mdsm_status mdsm_stored_forward(mdsm_stored* s, int dest) {
+  if (s == nullptr) return null_arg("stored");
+  return guarded([&] { st(s).forward(dest); });
+}
+
+int mdsm_stored_origin(const mdsm_stored* s) { return s ? st(s).origin() : -1; }
+mdsm_annotation mdsm_stored_annotation(const mdsm_stored* s) {
+  return s ? static_cast<mdsm_annotation>(st(s).annot()) : MDSM_NONE;
+}
+
+const void* mdsm_stored_payload(const mdsm_stored* s, size_t* len) {
+  if (s == nullptr) return nullptr;
+  auto p = st(s).payload();
+  if (len) *len = p.size();
+  return p.data();
+}
+
+void mdsm_stored_free(mdsm_stored* s) { delete reinterpret_cast<mdsm::stored_message*>(s); }
+
+mdsm_status mdsm_poll(void) { return guarded([] { mdsm::poll(); }); }
+
+mdsm_status mdsm_wait_until(int (*done)(void*), void* context) {
+  if (done == nullptr) return null_arg("done");
+  return guarded([&] { mdsm::wait_until([&] { return done(context) != 0; }); });
+}
+
+int mdsm_in_handler(void) { return mdsm::in_handler() ? 1 : 0; }
+
+mdsm_status mdsm_alloc(size_t bytes, void** ptr) {
+  if (ptr == nullptr) return null_arg("ptr");
+  return guarded([&] { *ptr = mdsm::alloc(bytes); });
+}
+
+mdsm_status mdsm_alloc_collective(size_t bytes, void** ptr) {
+  if (ptr == nullptr) return null_arg("ptr");
+  return guarded([&] { *ptr = mdsm::alloc_collective(bytes); });
+}
+
+mdsm_status mdsm_free(void* ptr) {
+  return guarded([&] { mdsm::free(ptr); });
+}
+
+mdsm_status mdsm_free_collective(void* ptr) {
+  return guarded([&] { mdsm::free_collective(ptr); });
+}
+
+int mdsm_is_coherent(const void* ptr) { return mdsm::is_coherent(ptr) ? 1 : 0; }
+
+mdsm_status mdsm_gc(void) { return guarded([] { mdsm::gc(); }); }
+
+size_t mdsm_stat_count(void) { return mdsm::stats::k_counters; }
+
+const char* mdsm_stat_name(size_t index) {
+  if (index >= mdsm::stats::k_counters) return nullptr;
+  return mdsm::stats::name(static_cast<mdsm::stats::counter>(index)).data();
+}
+
+mdsm_status mdsm_stat(const char* name, uint64_t* value) {
+  if (name == nullptr) return null_arg("name");
+  if (value == nullptr) return null_arg("value");
+  return guarded([&] {
+    auto all = mdsm::statistics();
+    auto it = all.find(name);
+    if (it == all.end())
+      throw mdsm::error(MDSM_ERR_INVALID_ARGUMENT, std::string("mdsm: no statistic named '") + name + "'");
+    *value = it->second;
+  });
+}
+
+mdsm_status mdsm_stats_reset(void) { return guarded([] { mdsm::statistics_reset(); }); }
+
+}  // extern "C"

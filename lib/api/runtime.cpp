@@ -1,0 +1,214 @@
+#include "api/runtime.hpp"
+
+#include "common/check.hpp"
+#include "common/deferred.hpp"
+#include "common/env.hpp"
+#include "messages/current.hpp"
+#include "stats/report.hpp"
+
+#include <mdsm/mdsm.hpp>
+
+#include <algorithm>
+
+namespace mdsm {
+
+namespace detail {
+
+namespace {
+std::unique_ptr<runtime> g_runtime;
+
+// Frames up to this size travel in the preposted receive ring; larger ones are announced.
+std::size_t inline_frame_max(std::size_t unit) { return std::max<std::size_t>(16 * 1024, unit + 1024); }
+
+void wait_request(net::progress& p, MPI_Request& req) {
+  p.wait_until([&] {
+    int done = 0;
+    MPI_Test(&req, &done, MPI_STATUS_IGNORE);
+    return done != 0;
+  });
+}
+}  // namespace
+
+runtime::~runtime() {
+  messages::set_current(nullptr);
+  if (progress) progress->stop_thread();
+  allocator.reset();
+  endpoint.reset();
+  engine.reset();
+  progress.reset();
+  transport.reset();
+}
+
+runtime& rt() {
+  if (!g_runtime) fail(MDSM_ERR_NOT_INITIALIZED, "mdsm is not initialized: call mdsm::init (mdsm_init) first");
+  rethrow_deferred();
+  return *g_runtime;
+}
+
+runtime& rt_blocking(const char* what) {
+  runtime& r = rt();
+  if (const char* h = net::current_handler())
+    fail(MDSM_ERR_HANDLER_CONTEXT, what, " waits for other ranks and cannot be called from message handler '", h, "'");
+  return r;
+}
+
+}  // namespace detail
+
+bool initialized() noexcept { return detail::g_runtime != nullptr; }
+
+void init(MPI_Comm comm, const options& opts) {
+  if (detail::g_runtime) detail::fail(MDSM_ERR_ALREADY_INITIALIZED, "init: mdsm is already initialized");
+  int mpi_up = 0, mpi_down = 0;
+  MPI_Initialized(&mpi_up);
+  MPI_Finalized(&mpi_down);
+  if (!mpi_up || mpi_down)
+    detail::fail(MDSM_ERR_NOT_INITIALIZED, "init: MPI is not initialized; call MPI_Init_thread with "
+                                           "MPI_THREAD_MULTIPLE first, or mdsm::init(&argc, &argv)");
+  int provided = 0;
+  MPI_Query_thread(&provided);
+  if (provided < MPI_THREAD_MULTIPLE)
+    detail::fail(MDSM_ERR_THREAD_LEVEL, "init: MPI was initialized with thread level ", provided,
+                 "; mdsm needs MPI_THREAD_MULTIPLE (", MPI_THREAD_MULTIPLE,
+                 "): initialize MPI with MPI_Init_thread(..., MPI_THREAD_MULTIPLE, ...)");
+  detail::clear_deferred();
+  stats::reset();  // statistics describe one init..finalize session
+
+  auto r = std::make_unique<detail::runtime>();
+  r->stats_spec = detail::env_string("MDSM_STATS").value_or("");
+  stats::check_spec(r->stats_spec);
+
+  coherence::region_config region;
+  if (opts.coherent_size != 0) region.size = opts.coherent_size;
+  if (opts.unit_pages != 0) region.unit_pages = opts.unit_pages;
+  region.address = opts.coherent_address;
+  region.strict_address = opts.strict_address;
+  region = coherence::region_config::from_env(region);
+
+  net::progress_config pc;
+  pc.thread = opts.progress_thread;
+  pc = net::progress_config::from_env(pc);
+  MPI_Comm node;
+  MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+  MPI_Comm_rank(node, &pc.local_rank);
+  MPI_Comm_size(node, &pc.local_size);
+  MPI_Comm_free(&node);
+
+  const std::size_t unit = region.unit_pages * os::page_size();
+  r->transport = std::make_unique<net::transport>(comm, detail::inline_frame_max(unit));
+  r->progress = std::make_unique<net::progress>(*r->transport, pc);
+  r->engine = std::make_unique<coherence::engine>(*r->transport, *r->progress, region);
+  r->endpoint = std::make_unique<messages::endpoint>(*r->transport, *r->progress, *r->engine);
+  messages::set_current(r->endpoint.get());
+  r->allocator = std::make_unique<regions::coherent_allocator>(*r->engine, *r->endpoint);
+  r->progress->start_thread();
+  detail::g_runtime = std::move(r);
+}
+
+void init(int* argc, char*** argv, const options& opts) {
+  if (detail::g_runtime) detail::fail(MDSM_ERR_ALREADY_INITIALIZED, "init: mdsm is already initialized");
+  int mpi_up = 0;
+  MPI_Initialized(&mpi_up);
+  bool owns = false;
+  if (!mpi_up) {
+    int provided = 0;
+    if (MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS)
+      detail::fail(MDSM_ERR_MPI, "init: MPI_Init_thread failed");
+    owns = true;
+  }
+  init(MPI_COMM_WORLD, opts);
+  detail::g_runtime->owns_mpi = owns;
+}
+
+void finalize() {
+  detail::runtime& r = detail::rt_blocking("finalize");
+  // Termination detection: all ranks are here (no application sends any more), but handlers may
+  // still be sending. Done when the global counts of frames sent and received agree and did not
+  // change between two rounds.
+  r.engine->wait_all_acquires();
+  std::uint64_t previous[2] = {~0ull, ~0ull};
+  for (;;) {
+    std::uint64_t local[2] = {r.transport->frames_sent(), r.transport->frames_received()}, global[2];
+    MPI_Request req;
+    MPI_Iallreduce(local, global, 2, MPI_UINT64_T, MPI_SUM, r.transport->collective_comm(), &req);
+    detail::wait_request(*r.progress, req);
+    if (global[0] == global[1] && global[0] == previous[0] && global[1] == previous[1]) break;
+    previous[0] = global[0];
+    previous[1] = global[1];
+  }
+  r.progress->stop_thread();
+  try {
+    stats::report(r.transport->collective_comm(), r.stats_spec);
+  } catch (const error& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+  }
+  const bool owns = r.owns_mpi;
+  detail::g_runtime.reset();
+  detail::clear_deferred();
+  if (owns) MPI_Finalize();
+}
+
+int rank() { return detail::rt().transport->rank(); }
+int size() { return detail::rt().transport->size(); }
+
+handler_id register_handler(std::string_view name, handler_fn fn) {
+  return detail::rt_blocking("register_handler").endpoint->register_handler(name, std::move(fn));
+}
+
+void send(int dest, handler_id h, std::span<const std::byte> payload, annotation a) {
+  detail::rt().endpoint->send(dest, h, payload, a);
+}
+
+bool in_handler() noexcept { return net::current_handler() != nullptr; }
+
+void poll() {
+  detail::runtime& r = detail::rt_blocking("poll");
+  r.progress->poll_once();
+  r.engine->wait_all_acquires();
+}
+
+void wait_until(const std::function<bool()>& done) {
+  if (!done) detail::fail(MDSM_ERR_INVALID_ARGUMENT, "wait_until: empty predicate");
+  detail::runtime& r = detail::rt_blocking("wait_until");
+  r.progress->wait_until([&] { return done() || detail::g_has_deferred.load(std::memory_order_acquire); });
+  r.engine->wait_all_acquires();
+  detail::rethrow_deferred();
+}
+
+void* alloc(std::size_t bytes) { return detail::rt().allocator->alloc(bytes); }
+void* alloc_collective(std::size_t bytes) { return detail::rt_blocking("alloc_collective").allocator->alloc_collective(bytes); }
+void free(void* p) { detail::rt_blocking("free").allocator->free(p); }
+void free_collective(void* p) { detail::rt_blocking("free_collective").allocator->free_collective(p); }
+
+bool is_coherent(const void* p) noexcept {
+  return detail::g_runtime && detail::g_runtime->engine->region().contains(p);
+}
+
+void gc() { detail::rt_blocking("gc").engine->gc(); }
+
+std::map<std::string, std::uint64_t> statistics() {
+  detail::rt();
+  std::map<std::string, std::uint64_t> out;
+  for (unsigned i = 0; i < stats::k_counters; ++i)
+    out.emplace(std::string(stats::name(static_cast<stats::counter>(i))), stats::get(static_cast<stats::counter>(i)));
+  return out;
+}
+
+std::map<std::string, std::uint64_t> statistics_total() {
+  detail::runtime& r = detail::rt_blocking("statistics_total");
+  std::vector<std::uint64_t> mine(stats::k_counters), sum(stats::k_counters);
+  for (unsigned i = 0; i < stats::k_counters; ++i) mine[i] = stats::get(static_cast<stats::counter>(i));
+  MPI_Request req;
+  MPI_Iallreduce(mine.data(), sum.data(), static_cast<int>(stats::k_counters), MPI_UINT64_T, MPI_SUM,
+                 r.transport->collective_comm(), &req);
+  detail::wait_request(*r.progress, req);
+  std::map<std::string, std::uint64_t> out;
+  for (unsigned i = 0; i < stats::k_counters; ++i) out.emplace(std::string(stats::name(static_cast<stats::counter>(i))), sum[i]);
+  return out;
+}
+
+void statistics_reset() {
+  detail::rt();
+  stats::reset();
+}
+
+}  // namespace mdsm

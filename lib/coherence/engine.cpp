@@ -1,0 +1,286 @@
+// Intervals, vector time and acquires: what RELEASE, RELEASE_NT and REQUEST carry, and what
+// accepting one does.
+#include "coherence/engine.hpp"
+
+#include "coherence/protocol.hpp"
+#include "common/deferred.hpp"
+#include "stats/counters.hpp"
+
+#include <algorithm>
+#include <map>
+
+namespace mdsm::coherence {
+
+namespace {
+engine* g_engine = nullptr;  // the fault handler's way back to the engine
+}
+
+engine::engine(net::transport& t, net::progress& p, const region_config& cfg)
+    : transport_(t),
+      progress_(p),
+      rank_(t.rank()),
+      size_(t.size()),
+      region_(t.collective_comm(), cfg),
+      pages_(region_.units(), &engine::initial_state, this),
+      vt_(static_cast<std::size_t>(size_)),
+      store_(static_cast<std::size_t>(size_)),
+      known_(static_cast<std::size_t>(size_), vector_time(static_cast<std::size_t>(size_))) {
+  t.set_handler(net::channel::coherence, &engine::on_frame, this);
+  g_engine = this;
+  os::install_fault_handler(&engine::fault_trampoline);
+}
+
+engine::~engine() {
+  os::remove_fault_handler();
+  g_engine = nullptr;
+  transport_.set_handler(net::channel::coherence, nullptr, nullptr);
+  add_metadata(-metadata_bytes_.load());
+}
+
+bool engine::fault_trampoline(const os::fault_info& f) { return g_engine != nullptr && g_engine->on_fault(f); }
+
+void engine::add_metadata(std::int64_t delta) {
+  metadata_bytes_.fetch_add(delta, std::memory_order_relaxed);
+  stats::gauge_add(stats::counter::metadata_bytes, delta);
+}
+
+std::size_t engine::metadata_bytes() const noexcept {
+  return static_cast<std::size_t>(std::max<std::int64_t>(0, metadata_bytes_.load(std::memory_order_relaxed)));
+}
+
+vector_time engine::current_vt() {
+  std::lock_guard lk(meta_);
+  return vt_;
+}
+
+vector_time engine::known_vt(int peer) {
+  std::lock_guard lk(meta_);
+  return known_[static_cast<std::size_t>(peer)];
+}
+
+// ---- intervals -------------------------------------------------------------------------------
+
+bool engine::close_interval_locked() {
+  std::vector<std::uint32_t> units;
+  {
+    std::lock_guard lk(dirty_mutex_);
+    units.swap(dirty_);
+  }
+  if (units.empty()) return false;
+  std::sort(units.begin(), units.end());
+  units.erase(std::unique(units.begin(), units.end()), units.end());
+  const std::uint32_t index = vt_[static_cast<std::size_t>(rank_)] + 1;
+  std::vector<std::uint32_t> written;
+  written.reserve(units.size());
+  for (std::uint32_t u : units) {
+    std::lock_guard lk(pages_.lock_of(u));
+    page_entry& pe = pages_.at(u);
+    if (!pe.dirty) continue;  // its writes already went into a diff of an earlier notice
+    pe.dirty = false;
+    pe.own.push_back(own_notice{index, std::move(pe.open_pieces), pe.twin != nullptr});
+    pe.open_pieces.clear();
+    add_metadata(sizeof(own_notice));
+    // Write-protect so that the next write is seen and lands in the next interval; the twin
+    // stays, the diff is made lazily.
+    if (pe.prot == os::prot::read_write) set_prot_locked(u, pe, os::prot::read);
+    written.push_back(u);
+  }
+  if (written.empty()) return false;
+  auto r = std::make_shared<interval_record>();
+  r->creator = static_cast<std::uint32_t>(rank_);
+  r->index = index;
+  vt_[static_cast<std::size_t>(rank_)] = index;
+  r->vt = vt_;
+  r->pages = std::move(written);
+  stats::add(stats::counter::intervals_created);
+  stats::add(stats::counter::write_notices_created, r->pages.size());
+  add_metadata(static_cast<std::int64_t>(r->footprint()));
+  store_.add(std::move(r));
+  return true;
+}
+
+void engine::learn_locked(int origin, const vector_time& vt) {
+  if (origin != rank_) known_[static_cast<std::size_t>(origin)].merge(vt);
+}
+
+// ---- annotations -----------------------------------------------------------------------------
+
+void engine::encode_request(net::byte_writer& out) {
+  std::lock_guard lk(meta_);
+  vt_.encode(out);
+}
+
+void engine::encode_release(int dest, bool transitive, net::byte_writer& out) {
+  std::lock_guard lk(meta_);
+  close_interval_locked();
+  vt_.encode(out);
+  const std::size_t count_at = out.reserve_slot<std::uint32_t>();
+  std::uint32_t count = 0;
+  if (dest != rank_) {
+    vector_time& k = known_[static_cast<std::size_t>(dest)];
+    for (std::uint32_t c = 0; c < static_cast<std::uint32_t>(size_); ++c) {
+      if (!transitive && c != static_cast<std::uint32_t>(rank_)) continue;
+      const std::uint32_t from = std::max(k[c], store_.collected_through(c));
+      for (std::uint32_t i = from + 1; i <= vt_[c]; ++i) {
+        store_.find(c, i)->encode(out);
+        ++count;
+      }
+      // Assume dest will know these; if the message is forwarded or stored instead, the final
+      // receiver finds the gap from the required vector time and fetches it from us.
+      k[c] = std::max(k[c], vt_[c]);
+    }
+  }
+  out.fill_slot(count_at, count);
+}
+
+void engine::learn_request(int origin, std::span<const std::byte> cinfo) {
+  net::byte_reader in(cinfo);
+  vector_time vt = vector_time::decode(in, static_cast<std::size_t>(size_));
+  in.expect_done();
+  std::lock_guard lk(meta_);
+  learn_locked(origin, vt);
+}
+
+release_info engine::decode_release(int origin, std::span<const std::byte> cinfo) {
+  net::byte_reader in(cinfo);
+  release_info info{origin, vector_time::decode(in, static_cast<std::size_t>(size_)), {}};
+  const auto n = in.get<std::uint32_t>();
+  if (n > in.remaining() / 12) net::byte_reader::malformed("more interval records than bytes");
+  info.records.reserve(n);
+  for (std::uint32_t i = 0; i < n; ++i) {
+    auto r = interval_record::decode(in, static_cast<std::size_t>(size_), region_.units());
+    if (r->index > info.required[r->creator]) net::byte_reader::malformed("interval newer than the required time");
+    info.records.push_back(std::move(r));
+  }
+  in.expect_done();
+  std::lock_guard lk(meta_);
+  learn_locked(origin, info.required);
+  return info;
+}
+
+// ---- acquires --------------------------------------------------------------------------------
+
+// Which records the group still lacks after the ones it carries, as requests per origin:
+// (origin, [creator, after, through, creator, after, through, ...]).
+std::vector<std::pair<int, std::vector<std::uint32_t>>> engine::missing_locked(const acquire_state& a) {
+  vector_time need(static_cast<std::size_t>(size_));
+  std::vector<int> source(static_cast<std::size_t>(size_), -1);
+  for (const auto& info : a.infos)
+    for (std::size_t c = 0; c < need.size(); ++c)
+      if (info.required[c] > need[c]) {
+        need[c] = info.required[c];
+        source[c] = info.origin;
+      }
+  // How far each creator's intervals reach contiguously with what the group carries.
+  vector_time have = vt_;
+  std::vector<record_ptr> carried;
+  for (const auto& info : a.infos) carried.insert(carried.end(), info.records.begin(), info.records.end());
+  for (const auto& batch : {carried, a.fetched}) {
+    std::vector<record_ptr> sorted = batch;
+    std::sort(sorted.begin(), sorted.end(), [](const record_ptr& x, const record_ptr& y) {
+      return x->creator != y->creator ? x->creator < y->creator : x->index < y->index;
+    });
+    for (const auto& r : sorted)
+      if (r->index == have[r->creator] + 1) have[r->creator] = r->index;
+  }
+  std::map<int, std::vector<std::uint32_t>> by_origin;
+  for (std::uint32_t c = 0; c < static_cast<std::uint32_t>(size_); ++c) {
+    if (have[c] >= need[c]) continue;
+    auto& ranges = by_origin[source[c]];
+    ranges.insert(ranges.end(), {c, have[c], need[c]});
+  }
+  return {by_origin.begin(), by_origin.end()};
+}
+
+acquire_ptr engine::begin_acquire(std::vector<release_info> infos) {
+  auto a = std::make_shared<acquire_state>();
+  a->infos = std::move(infos);
+  std::vector<std::pair<int, std::vector<std::uint32_t>>> missing;
+  {
+    std::lock_guard lk(meta_);
+    missing = missing_locked(*a);
+    if (missing.empty()) {
+      finish_acquire_locked(*a);
+      return a;
+    }
+    a->outstanding = static_cast<int>(missing.size());
+    incomplete_acquires_.fetch_add(1, std::memory_order_acq_rel);
+  }
+  for (const auto& [origin, ranges] : missing) send_interval_request(origin, ranges, a);
+  return a;
+}
+
+void engine::finish_acquire_locked(acquire_state& a) {
+  std::vector<record_ptr> all = std::move(a.fetched);
+  for (auto& info : a.infos) all.insert(all.end(), info.records.begin(), info.records.end());
+  apply_batch_locked(std::move(all));
+  for (const auto& info : a.infos) {
+    if (!vt_.covers(info.required)) {
+      detail::defer_error(error(MDSM_ERR_INTERNAL, detail::cat("mdsm: rank ", rank_,
+                                                               " could not obtain the consistency information of a "
+                                                               "message from rank ",
+                                                               info.origin)));
+      break;
+    }
+  }
+  a.infos.clear();  // records now live in the store; do not keep a second reference
+  a.done.store(true, std::memory_order_release);
+}
+
+void engine::apply_batch_locked(std::vector<record_ptr> records) {
+  std::sort(records.begin(), records.end(), [](const record_ptr& x, const record_ptr& y) {
+    return x->creator != y->creator ? x->creator < y->creator : x->index < y->index;
+  });
+  for (auto& r : records) {
+    const std::uint32_t c = r->creator;
+    if (r->index != vt_[c] + 1) continue;  // known already (or a duplicate in the batch)
+    vt_[c] = r->index;
+    stats::add(stats::counter::intervals_received);
+    stats::add(stats::counter::write_notices_received, r->pages.size());
+    add_metadata(static_cast<std::int64_t>(r->footprint() + r->pages.size() * sizeof(record_ptr)));
+    for (std::uint32_t u : r->pages) {
+      std::lock_guard lk(pages_.lock_of(u));
+      page_entry& pe = pages_.at(u);
+      pe.pending.push_back(r);
+      if (pe.state == page_state::valid) {
+        pe.state = page_state::invalid;
+        set_prot_locked(u, pe, os::prot::none);
+      }
+    }
+    store_.add(std::move(r));
+  }
+}
+
+void engine::send_interval_request(int origin, const std::vector<std::uint32_t>& ranges, const acquire_ptr& a) {
+  auto box = std::make_shared<reply_box>();
+  box->callback = [this, a](std::span<const std::byte> payload, int) {
+    net::byte_reader in(payload);
+    const auto n = in.get<std::uint32_t>();
+    std::vector<record_ptr> got;
+    for (std::uint32_t i = 0; i < n; ++i)
+      got.push_back(interval_record::decode(in, static_cast<std::size_t>(size_), region_.units()));
+    in.expect_done();
+    std::lock_guard lk(meta_);
+    a->fetched.insert(a->fetched.end(), got.begin(), got.end());
+    if (--a->outstanding == 0) {
+      finish_acquire_locked(*a);
+      incomplete_acquires_.fetch_sub(1, std::memory_order_acq_rel);
+    }
+  };
+  const std::uint32_t token = register_box(box);
+  net::byte_writer out;
+  out.put(static_cast<std::uint32_t>(ranges.size() / 3));
+  out.put_array<std::uint32_t>(ranges);
+  stats::add(stats::counter::interval_fetches);
+  send_protocol(origin, op_interval_request, token, out.bytes());
+}
+
+void engine::wait_acquire(const acquire_ptr& a) {
+  progress_.wait_until([&] { return a->done.load(std::memory_order_acquire); });
+}
+
+void engine::wait_all_acquires() {
+  progress_.wait_until([&] { return all_acquires_done(); });
+}
+
+}  // namespace mdsm::coherence

@@ -1,0 +1,165 @@
+// The coherence engine: lazy release consistency for the coherent region, driven only by
+// annotated messages (see docs/PROTOCOL.md for the protocol, docs/ARCHITECTURE.md for the life
+// of a RELEASE and of a page fault).
+//
+// What it keeps, and what guards it:
+//   meta_ (metadata lock)   vector time, interval store, per-peer known vector times,
+//                           incomplete acquires
+//   page locks              every page_entry (state, twin, notices, diffs)
+//   dirty_mutex_            the list of units written in the current interval
+// Lock order: meta_ -> page lock -> dirty_mutex_. No lock is held while waiting for a remote
+// event; every such wait goes through net::progress::wait_until.
+//
+// Invariant: interval records are applied only in complete batches whose result covers the
+// required vector time of every message in the batch, so the set of intervals this rank knows
+// is always downward closed (a fault never sees an interval without its predecessors).
+#pragma once
+
+#include "coherence/interval.hpp"
+#include "coherence/page_table.hpp"
+#include "coherence/region_map.hpp"
+#include "net/progress.hpp"
+#include "net/transport.hpp"
+#include "os/fault.hpp"
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+namespace mdsm::coherence {
+
+// Decoded consistency information of a RELEASE or RELEASE_NT message.
+struct release_info {
+  int origin;                        // original sender: has every interval up to `required`
+  vector_time required;              // the origin's vector time when it sent
+  std::vector<record_ptr> records;   // intervals attached for the first receiver
+};
+
+// An acquire in progress: one accepted message, or a group accepted together (a barrier
+// manager accepts all arrivals as one group so it never fetches what another arrival brings).
+struct acquire_state {
+  std::vector<release_info> infos;
+  std::vector<record_ptr> fetched;  // guarded by the engine's meta_
+  int outstanding = 0;              // fetch replies still to come; guarded by meta_
+  std::atomic<bool> done{false};
+};
+using acquire_ptr = std::shared_ptr<acquire_state>;
+
+class engine {
+ public:
+  // Collective: maps the region (region_map) and installs the fault handler.
+  engine(net::transport& t, net::progress& p, const region_config& cfg);
+  ~engine();
+  engine(const engine&) = delete;
+  engine& operator=(const engine&) = delete;
+
+  // ---- annotations (used by lib/messages) ----------------------------------------------
+  // REQUEST: this rank's vector time.
+  void encode_request(net::byte_writer& out);
+  // RELEASE / RELEASE_NT: closes the current interval (if anything was written), then writes
+  // the required vector time and the interval records `dest` is believed to lack (all
+  // creators', or only this rank's own when !transitive).
+  void encode_release(int dest, bool transitive, net::byte_writer& out);
+  // Validates a REQUEST's consistency information and learns the origin's vector time.
+  void learn_request(int origin, std::span<const std::byte> cinfo);
+  // Validates a RELEASE/RELEASE_NT's consistency information, learns the origin's vector time
+  // and returns it decoded. Throws MDSM_ERR_MALFORMED.
+  release_info decode_release(int origin, std::span<const std::byte> cinfo);
+  // Accepts: applies at once when nothing is missing; otherwise fetches the missing records
+  // from the origins and applies everything when they arrive. Never blocks.
+  acquire_ptr begin_acquire(std::vector<release_info> infos);
+  // Application thread: waits until the acquire is complete.
+  void wait_acquire(const acquire_ptr& a);
+  bool all_acquires_done() const noexcept { return incomplete_acquires_.load(std::memory_order_acquire) == 0; }
+  void wait_all_acquires();
+
+  // ---- the region (used by lib/regions) -------------------------------------------------
+  region_map& region() noexcept { return region_; }
+  // Units [first, first+count) now hold an allocation made by this rank (or collectively).
+  void units_allocated(std::uint32_t first, std::uint32_t count);
+  // Units [first, first+count) no longer hold any allocation.
+  void units_freed(std::uint32_t first, std::uint32_t count);
+
+  // ---- collective -------------------------------------------------------------------------
+  // Garbage collection over all ranks: afterwards every interval record, write notice, twin and
+  // diff known at the call is freed. Pre: every rank calls it, and no application thread writes
+  // coherent memory meanwhile (a global barrier is the natural place).
+  void gc();
+  std::size_t metadata_bytes() const noexcept;
+
+  // ---- introspection (tests, statistics) ----------------------------------------------------
+  vector_time current_vt();
+  vector_time known_vt(int peer);
+  int rank() const noexcept { return rank_; }
+  int size() const noexcept { return size_; }
+
+ private:
+  // engine.cpp: intervals and acquires
+  bool close_interval_locked();
+  std::vector<std::pair<int, std::vector<std::uint32_t>>> missing_locked(const acquire_state& a);
+  void apply_batch_locked(std::vector<record_ptr> records);
+  void finish_acquire_locked(acquire_state& a);
+  void send_interval_request(int origin, const std::vector<std::uint32_t>& ranges, const acquire_ptr& a);
+  void learn_locked(int origin, const vector_time& vt);
+
+  // fault.cpp: page access
+  enum class access { read, write, unknown };
+  static bool fault_trampoline(const os::fault_info& f);
+  bool on_fault(const os::fault_info& f);
+  // Makes unit u accessible for `how`; returns false if it is not allocated.
+  bool validate(std::uint32_t u, access how);
+  void make_writable_locked(std::uint32_t u, page_entry& pe);
+  void make_diff_locked(std::uint32_t u, page_entry& pe);
+  void set_prot_locked(std::uint32_t u, page_entry& pe, os::prot p);
+  struct fetch_result;
+  fetch_result fetch(std::uint32_t u, const std::vector<record_ptr>& notices, bool need_copy);
+  static page_state initial_state(void* ctx, std::uint32_t u);
+
+  // service.cpp: protocol requests and replies
+  struct reply_box {
+    std::atomic<bool> ready{false};
+    std::vector<std::byte> data;
+    int source = -1;
+    std::function<void(std::span<const std::byte>, int source)> callback;  // handler context
+  };
+  using box_ptr = std::shared_ptr<reply_box>;
+  std::uint32_t register_box(box_ptr box);
+  void send_protocol(int dest, std::uint32_t op, std::uint32_t token, std::span<const std::byte> payload);
+  static void on_frame(void* ctx, const net::inbound_frame& f);
+  void serve_diff_request(const net::inbound_frame& f, bool with_copy);
+  void serve_interval_request(const net::inbound_frame& f);
+  void take_reply(const net::inbound_frame& f);
+  // Appends the pieces of this rank's notices `intervals` of unit u (page lock held).
+  void encode_pieces_locked(std::uint32_t u, page_entry& pe, const std::vector<std::uint32_t>& intervals,
+                            net::byte_writer& out);
+
+  void add_metadata(std::int64_t delta);
+
+  net::transport& transport_;
+  net::progress& progress_;
+  const int rank_;
+  const int size_;
+  region_map region_;
+  page_table pages_;
+
+  mutable std::mutex meta_;
+  vector_time vt_;
+  interval_store store_;
+  std::vector<vector_time> known_;  // known_[p]: newest vector time learned of (or sent to) p
+  std::atomic<int> incomplete_acquires_{0};
+
+  std::mutex dirty_mutex_;
+  std::vector<std::uint32_t> dirty_;
+
+  std::mutex boxes_mutex_;
+  std::unordered_map<std::uint32_t, box_ptr> boxes_;
+  std::uint32_t next_token_ = 1;
+
+  std::atomic<std::int64_t> metadata_bytes_{0};
+};
+
+}  // namespace mdsm::coherence

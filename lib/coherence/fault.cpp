@@ -1,0 +1,309 @@
+// Page access: write detection with twins, lazy diffs, and the fetch that makes an invalid
+// unit valid again. Everything here may run inside the SIGSEGV handler of the faulting thread:
+// the fault is synchronous (the thread's own access), the faulting code holds none of our locks
+// (library code never touches the application view), so taking locks and waiting is safe.
+#include "coherence/engine.hpp"
+
+#include "coherence/protocol.hpp"
+#include "stats/counters.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <set>
+
+namespace mdsm::coherence {
+
+struct engine::fetch_result {
+  bool allocated = true;
+  std::vector<std::byte> copy;
+  struct piece {
+    std::uint32_t creator;
+    std::vector<std::uint32_t> intervals;
+    std::span<const std::byte> bytes;  // points into `replies`
+  };
+  std::vector<piece> pieces;
+  std::vector<box_ptr> replies;
+};
+
+page_state engine::initial_state(void* ctx, std::uint32_t u) {
+  const auto* self = static_cast<const engine*>(ctx);
+  const int owner = self->region_.arena_owner(u);
+  return owner >= 0 && owner != self->rank_ ? page_state::no_copy : page_state::unallocated;
+}
+
+void engine::set_prot_locked(std::uint32_t u, page_entry& pe, os::prot p) {
+  if (pe.prot == p) return;
+  os::protect(region_.app_unit(u), region_.unit(), p);
+  pe.prot = p;
+}
+
+void engine::make_writable_locked(std::uint32_t u, page_entry& pe) {
+  if (!pe.twin) {
+    pe.twin = std::make_unique_for_overwrite<std::byte[]>(region_.unit());
+    std::memcpy(pe.twin.get(), region_.lib_unit(u), region_.unit());
+    stats::add(stats::counter::twins_created);
+    add_metadata(static_cast<std::int64_t>(region_.unit()));
+  }
+  if (!pe.dirty) {
+    pe.dirty = true;
+    std::lock_guard lk(dirty_mutex_);
+    dirty_.push_back(u);
+  }
+  set_prot_locked(u, pe, os::prot::read_write);
+}
+
+void engine::make_diff_locked(std::uint32_t u, page_entry& pe) {
+  MDSM_ASSERT(pe.twin != nullptr, "diff without a twin");
+  // Stop concurrent writes first: a write racing with this either lands before the protection
+  // changes (and is in the diff) or faults and waits for our page lock (and is in the next one).
+  if (pe.prot == os::prot::read_write) set_prot_locked(u, pe, os::prot::read);
+  auto bytes = make_diff(region_.lib_unit(u), pe.twin.get(), region_.unit());
+  pe.twin.reset();
+  add_metadata(-static_cast<std::int64_t>(region_.unit()));
+  diff_ptr d;
+  if (!bytes.empty()) {
+    auto made = std::make_shared<diff>();
+    made->bytes = std::move(bytes);
+    stats::add(stats::counter::diffs_created);
+    stats::add(stats::counter::diff_bytes_created, made->bytes.size());
+    add_metadata(static_cast<std::int64_t>(made->footprint()));
+    d = std::move(made);
+  }
+  bool attached = false;
+  for (auto& n : pe.own) {
+    if (!n.awaiting_twin) continue;
+    if (d) n.pieces.push_back(d);
+    n.awaiting_twin = false;
+    attached = true;
+  }
+  if (attached) {
+    // The diff also holds this interval's writes so far; every rank that will learn of this
+    // interval knows the earlier one too and fetches this diff, so no notice is needed for them.
+    pe.dirty = false;
+  } else {
+    MDSM_ASSERT(pe.dirty, "a twin exists only for written units");
+    if (d) pe.open_pieces.push_back(std::move(d));
+  }
+}
+
+engine::fetch_result engine::fetch(std::uint32_t u, const std::vector<record_ptr>& notices, bool need_copy) {
+  std::map<std::uint32_t, std::vector<std::uint32_t>> by_creator;
+  for (const auto& r : notices) by_creator[r->creator].push_back(r->index);
+  const int home = region_.home_of(u);
+  if (need_copy) by_creator[static_cast<std::uint32_t>(home)];
+  std::vector<box_ptr> boxes;
+  for (auto& [creator, intervals] : by_creator) {
+    MDSM_ASSERT(static_cast<int>(creator) != rank_, "fetching from oneself");
+    auto box = std::make_shared<reply_box>();
+    const std::uint32_t token = register_box(box);
+    net::byte_writer out;
+    out.put(u);
+    out.put(static_cast<std::uint32_t>(intervals.size()));
+    out.put_array<std::uint32_t>(intervals);
+    const bool copy = need_copy && static_cast<int>(creator) == home;
+    stats::add(copy ? stats::counter::page_requests : stats::counter::diff_requests);
+    send_protocol(static_cast<int>(creator), copy ? op_copy_request : op_diff_request, token, out.bytes());
+    boxes.push_back(std::move(box));
+  }
+  // All writers are asked at once; wait for every reply.
+  progress_.wait_until([&] {
+    return std::all_of(boxes.begin(), boxes.end(), [](const box_ptr& b) { return b->ready.load(std::memory_order_acquire); });
+  });
+  fetch_result res;
+  for (auto& box : boxes) {
+    net::byte_reader in(box->data);
+    if (in.get<std::uint32_t>() != u) net::byte_reader::malformed("reply for another unit");
+    const std::uint32_t creator = static_cast<std::uint32_t>(box->source);
+    if (need_copy && box->source == home) {
+      if (in.get<std::uint8_t>() == 0) {
+        res.allocated = false;
+        continue;
+      }
+      auto bytes = in.get_bytes(region_.unit());
+      res.copy.assign(bytes.begin(), bytes.end());
+    }
+    const auto count = in.get<std::uint32_t>();
+    for (std::uint32_t i = 0; i < count; ++i) {
+      fetch_result::piece p;
+      p.creator = creator;
+      in.get_array(in.get<std::uint32_t>(), p.intervals);
+      p.bytes = in.get_bytes(in.get<std::uint32_t>());
+      res.pieces.push_back(std::move(p));
+    }
+    in.expect_done();
+    res.replies.push_back(box);
+  }
+  return res;
+}
+
+bool engine::validate(std::uint32_t u, access how) {
+  for (;;) {
+    std::unique_lock lk(pages_.lock_of(u));
+    page_entry& pe = pages_.at(u);
+    if (pe.state == page_state::unallocated) return false;
+    if (pe.state == page_state::valid) {
+      // A fault on a readable valid unit can only be a write.
+      const bool write = how == access::write || (how == access::unknown && pe.prot == os::prot::read);
+      if (write && pe.prot != os::prot::read_write) make_writable_locked(u, pe);
+      return true;
+    }
+    if (pe.fetching) {  // another thread is fetching this unit: wait for it, then look again
+      const std::uint32_t generation = pe.fetch_generation;
+      lk.unlock();
+      progress_.wait_until([&] {
+        std::lock_guard g(pages_.lock_of(u));
+        return pages_.at(u).fetch_generation != generation;
+      });
+      continue;
+    }
+    pe.fetching = true;
+    // Save this rank's own modifications before others' are applied on top of them.
+    if (pe.twin) make_diff_locked(u, pe);
+    const std::vector<record_ptr> snapshot = pe.pending;
+    const bool need_copy = pe.state == page_state::no_copy;
+    lk.unlock();
+
+    fetch_result res;
+    try {
+      res = fetch(u, snapshot, need_copy);
+    } catch (...) {
+      lk.lock();
+      pe.fetching = false;
+      ++pe.fetch_generation;
+      throw;
+    }
+
+    lk.lock();
+    pe.fetching = false;
+    ++pe.fetch_generation;
+    if (!res.allocated) return false;  // stays no_copy: the owner may allocate it later
+    std::byte* page = region_.lib_unit(u);
+    if (need_copy) std::memcpy(page, res.copy.data(), region_.unit());
+    // Apply in an order consistent with happened-before: by vector-time sum, then creator.
+    struct step {
+      std::uint64_t sum;
+      std::uint32_t creator;
+      std::size_t piece;
+    };
+    std::vector<step> order;
+    for (const auto& r : snapshot)
+      for (std::size_t p = 0; p < res.pieces.size(); ++p)
+        if (res.pieces[p].creator == r->creator &&
+            std::find(res.pieces[p].intervals.begin(), res.pieces[p].intervals.end(), r->index) !=
+                res.pieces[p].intervals.end())
+          order.push_back(step{r->vt.sum(), r->creator, p});
+    std::stable_sort(order.begin(), order.end(), [](const step& a, const step& b) {
+      return a.sum != b.sum ? a.sum < b.sum : a.creator < b.creator;
+    });
+    std::vector<bool> applied(res.pieces.size(), false);
+    for (const step& s : order) {
+      if (applied[s.piece]) continue;  // one piece can hold several intervals' writes
+      applied[s.piece] = true;
+      apply_diff(page, region_.unit(), res.pieces[s.piece].bytes);
+      stats::add(stats::counter::diffs_applied);
+      stats::add(stats::counter::diff_bytes_applied, res.pieces[s.piece].bytes.size());
+    }
+    // Notices that arrived during the fetch stay pending; the loop fetches them next.
+    const std::set<const interval_record*> done_set = [&] {
+      std::set<const interval_record*> s;
+      for (const auto& r : snapshot) s.insert(r.get());
+      return s;
+    }();
+    const std::size_t before = pe.pending.size();
+    std::erase_if(pe.pending, [&](const record_ptr& r) { return done_set.count(r.get()) != 0; });
+    add_metadata(-static_cast<std::int64_t>((before - pe.pending.size()) * sizeof(record_ptr)));
+    if (pe.pending.empty()) {
+      pe.state = page_state::valid;
+      set_prot_locked(u, pe, os::prot::read);
+    } else {
+      pe.state = page_state::invalid;
+    }
+  }
+}
+
+bool engine::on_fault(const os::fault_info& f) {
+  if (!region_.contains(f.addr)) return false;
+  char text[320];
+  if (const char* h = net::current_handler()) {
+    std::snprintf(text, sizeof text,
+                  "mdsm: message handler '%s' touched coherent memory at %p; handlers must not access the coherent "
+                  "region (store the message and read the data from the application thread)",
+                  h, f.addr);
+    detail::die(text);
+  }
+  const std::uint32_t u = region_.unit_of(f.addr);
+  const access how = !f.write_known ? access::unknown : f.is_write ? access::write : access::read;
+  stats::add(how == access::write ? stats::counter::write_faults : stats::counter::read_faults);
+  bool ok = false;
+  try {
+    ok = validate(u, how);
+  } catch (const error& e) {
+    std::snprintf(text, sizeof text, "mdsm: rank %d could not resolve a fault at %p: %s", rank_, f.addr, e.what());
+    detail::die(text);
+  }
+  if (ok) return true;
+  const int owner = region_.arena_owner(u);
+  std::snprintf(text, sizeof text,
+                "mdsm: rank %d accessed unallocated coherent memory at %p (unit %u, %s arena%s%d)\n", rank_, f.addr, u,
+                owner < 0 ? "collective" : "rank", owner < 0 ? "" : " ", owner < 0 ? 0 : owner);
+  std::fputs(text, stderr);
+  return false;  // chained: the process gets the SIGSEGV it would get without mdsm
+}
+
+void engine::units_allocated(std::uint32_t first, std::uint32_t count) {
+  // New units become readable. Protections are changed after the page locks are released, in
+  // runs, so a large allocation costs one mprotect per run; no other thread can touch these
+  // units yet (their address has not been returned), and nothing else changes pe.prot of a
+  // unit in state unallocated.
+  std::uint32_t run = first;
+  auto flush = [&](std::uint32_t end) {
+    if (end > run) os::protect(region_.app_unit(run), std::size_t{end - run} * region_.unit(), os::prot::read);
+  };
+  for (std::uint32_t u = first; u < first + count; ++u) {
+    bool to_read = false;
+    {
+      std::lock_guard lk(pages_.lock_of(u));
+      page_entry& pe = pages_.at(u);
+      if (pe.state == page_state::unallocated) {
+        pe.state = pe.pending.empty() ? page_state::valid : page_state::invalid;
+        if (pe.state == page_state::valid) {
+          pe.prot = os::prot::read;
+          to_read = true;
+        }
+      }
+    }
+    if (!to_read) {
+      flush(u);
+      run = u + 1;
+    }
+  }
+  flush(first + count);
+}
+
+void engine::units_freed(std::uint32_t first, std::uint32_t count) {
+  std::uint32_t run = first;
+  auto flush = [&](std::uint32_t end) {
+    if (end > run) os::protect(region_.app_unit(run), std::size_t{end - run} * region_.unit(), os::prot::none);
+  };
+  for (std::uint32_t u = first; u < first + count; ++u) {
+    bool to_none = false;
+    {
+      std::lock_guard lk(pages_.lock_of(u));
+      page_entry& pe = pages_.at(u);
+      if (pe.state != page_state::unallocated && pe.state != page_state::no_copy) {
+        // Notices, twin and diffs stay: other ranks may still ask for this rank's writes.
+        to_none = pe.prot != os::prot::none;
+        pe.state = page_state::unallocated;
+        pe.prot = os::prot::none;
+      }
+    }
+    if (!to_none) {
+      flush(u);
+      run = u + 1;
+    }
+  }
+  flush(first + count);
+}
+
+}  // namespace mdsm::coherence

@@ -1,0 +1,99 @@
+// Garbage collection of consistency metadata (TreadMarks style, at a global synchronisation
+// point): every rank learns every interval; each unit's home brings its copy up to date; other
+// ranks drop copies that still have pending notices (they fetch from the home when they next
+// touch the unit); then every interval record, write notice, twin and diff is freed.
+#include "coherence/engine.hpp"
+
+#include "stats/counters.hpp"
+
+#include <set>
+
+namespace mdsm::coherence {
+
+namespace {
+void wait_request(net::progress& p, MPI_Request& req) {
+  p.wait_until([&] {
+    int done = 0;
+    MPI_Test(&req, &done, MPI_STATUS_IGNORE);
+    return done != 0;
+  });
+}
+}  // namespace
+
+void engine::gc() {
+  // 1. Close the current interval and learn every interval any rank knows (the join G of all
+  //    vector times is downward closed, so it is fetched and applied as one batch).
+  {
+    std::lock_guard lk(meta_);
+    close_interval_locked();
+  }
+  wait_all_acquires();
+  const vector_time mine = current_vt();
+  std::vector<std::uint32_t> local(static_cast<std::size_t>(size_)), global(static_cast<std::size_t>(size_));
+  for (std::size_t c = 0; c < local.size(); ++c) local[c] = mine[c];
+  MPI_Request req;
+  MPI_Iallreduce(local.data(), global.data(), size_, MPI_UINT32_T, MPI_MAX, transport_.collective_comm(), &req);
+  wait_request(progress_, req);
+  vector_time g(static_cast<std::size_t>(size_));
+  std::vector<release_info> infos;
+  for (std::size_t c = 0; c < global.size(); ++c) {
+    g[c] = global[c];
+    if (mine[c] < g[c]) {
+      vector_time need(static_cast<std::size_t>(size_));
+      need[c] = g[c];
+      infos.push_back(release_info{static_cast<int>(c), need, {}});  // each creator has its own
+    }
+  }
+  if (!infos.empty()) wait_acquire(begin_acquire(std::move(infos)));
+
+  // 2. Put every modification of ours into a diff (so copies can be dropped safely), drop
+  //    copies with pending notices unless we are the home, and bring home units up to date.
+  std::vector<std::uint32_t> to_validate;
+  pages_.for_each([&](std::uint32_t u, page_entry& pe) {
+    if (pe.twin) make_diff_locked(u, pe);
+    if (pe.pending.empty()) return;
+    if (region_.home_of(u) == rank_ && pe.state != page_state::unallocated) {
+      to_validate.push_back(u);
+      return;
+    }
+    add_metadata(-static_cast<std::int64_t>(pe.pending.size() * sizeof(record_ptr)));
+    pe.pending.clear();
+    if (pe.state == page_state::invalid || pe.state == page_state::valid) {
+      pe.state = page_state::no_copy;
+      set_prot_locked(u, pe, os::prot::none);
+      os::discard(region_.lib_unit(u), region_.unit());
+    }
+  });
+  for (std::uint32_t u : to_validate) validate(u, access::read);
+
+  // 3. Every home is up to date once every rank got here; until then keep serving diffs.
+  MPI_Ibarrier(transport_.collective_comm(), &req);
+  wait_request(progress_, req);
+
+  // 4. Free everything up to G.
+  std::size_t freed = 0;
+  {
+    std::lock_guard lk(meta_);
+    freed += store_.collect(g);
+    for (auto& k : known_) k.merge(g);
+  }
+  pages_.for_each([&](std::uint32_t, page_entry& pe) {
+    std::set<const diff*> dropped, kept;
+    for (const auto& n : pe.own)
+      for (const auto& d : n.pieces) (n.interval <= g[static_cast<std::size_t>(rank_)] ? dropped : kept).insert(d.get());
+    for (const auto& d : pe.open_pieces) kept.insert(d.get());
+    for (const diff* d : dropped)
+      if (!kept.count(d)) freed += d->footprint();
+    const std::size_t own_before = pe.own.size();
+    std::erase_if(pe.own, [&](const own_notice& n) { return n.interval <= g[static_cast<std::size_t>(rank_)]; });
+    freed += (own_before - pe.own.size()) * sizeof(own_notice);
+    const std::size_t pending_before = pe.pending.size();
+    std::erase_if(pe.pending, [&](const record_ptr& r) { return r->index <= g[r->creator]; });
+    freed += (pending_before - pe.pending.size()) * sizeof(record_ptr);
+  });
+  add_metadata(-static_cast<std::int64_t>(freed));
+  stats::add(stats::counter::gc_runs);
+  stats::add(stats::counter::gc_freed_bytes, freed);
+}
+
+}  // namespace mdsm::coherence

@@ -1,0 +1,138 @@
+#include "coherence/region_map.hpp"
+
+#include "common/check.hpp"
+#include "common/env.hpp"
+#include "os/vm.hpp"
+
+#include <cinttypes>
+#include <optional>
+#include <cstdio>
+#include <vector>
+
+namespace mdsm::coherence {
+
+namespace {
+
+constexpr std::size_t k_max_size = std::size_t{1} << 44;  // 16 TiB of reservation per view
+constexpr std::size_t k_max_unit = std::size_t{1} << 20;
+// Fallback addresses, tried after the ranks' own proposals: high, rarely used, 1 TiB apart.
+constexpr std::uintptr_t k_fallbacks[] = {0x100000000000, 0x200000000000, 0x300000000000, 0x500000000000};
+
+void mpi_ok(int rc, const char* what) {
+  if (rc != MPI_SUCCESS) detail::fail(MDSM_ERR_MPI, what, " failed while mapping the coherent region");
+}
+
+std::string hex(std::uintptr_t a) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "0x%" PRIxPTR, a);
+  return buf;
+}
+
+}  // namespace
+
+region_config region_config::from_env(region_config d) {
+  d.size = detail::env_size("MDSM_COHERENT_SIZE", d.size);
+  d.unit_pages = detail::env_uint("MDSM_COHERENT_UNIT_PAGES", d.unit_pages);
+  if (auto a = detail::env_string("MDSM_COHERENT_ADDRESS")) {
+    char* end = nullptr;
+    unsigned long long v = std::strtoull(a->c_str(), &end, 0);
+    if (end == a->c_str() || *end != '\0')
+      detail::fail(MDSM_ERR_INVALID_ARGUMENT, "MDSM_COHERENT_ADDRESS='", *a, "' is not an address");
+    d.address = static_cast<std::uintptr_t>(v);
+  }
+  return d;
+}
+
+region_map::region_map(MPI_Comm comm, const region_config& cfg) {
+  int rank = 0;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &ranks_);
+  const std::size_t page = os::page_size();
+
+  // Validate locally, then agree: a rank that throws alone would leave the others waiting in
+  // the next collective.
+  std::optional<error> problem;
+  try {
+    if (cfg.unit_pages == 0 || cfg.unit_pages * page > k_max_unit)
+      detail::fail(MDSM_ERR_INVALID_ARGUMENT, "coherence unit of ", cfg.unit_pages, " pages is out of range (1 to ",
+                   k_max_unit / page, " pages of ", page, " bytes)");
+    unit_ = cfg.unit_pages * page;
+    if (cfg.size == 0) detail::fail(MDSM_ERR_INVALID_ARGUMENT, "the coherent region size must not be 0");
+    if (cfg.size > k_max_size)
+      detail::fail(MDSM_ERR_INVALID_ARGUMENT, "a coherent region of ", cfg.size,
+                   " bytes is beyond the address space mdsm can reserve (at most ", k_max_size,
+                   " bytes); set a smaller MDSM_COHERENT_SIZE");
+    // Whole units, and room for a collective arena plus one arena per rank of at least one unit.
+    std::size_t units = (cfg.size + unit_ - 1) / unit_;
+    units = std::max<std::size_t>(units, 2 * static_cast<std::size_t>(ranks_));
+    if (units > UINT32_MAX) detail::fail(MDSM_ERR_INVALID_ARGUMENT, "too many coherence units; use a larger unit");
+    units_ = static_cast<std::uint32_t>(units);
+    size_ = std::size_t{units_} * unit_;
+    collective_units_ = units_ / 2;
+    arena_units_ = (units_ - collective_units_) / static_cast<std::uint32_t>(ranks_);
+  } catch (const error& e) {
+    problem = e;
+  }
+  int bad = problem ? 1 : 0, any_bad = 0;
+  mpi_ok(MPI_Allreduce(&bad, &any_bad, 1, MPI_INT, MPI_MAX, comm), "MPI_Allreduce");
+  if (problem) throw *problem;
+  if (any_bad) detail::fail(MDSM_ERR_MISMATCH, "another rank rejected the coherent region settings (see its message)");
+
+  // Every rank must describe the same region, or addresses would mean different things.
+  unsigned long long mine[2] = {size_, unit_}, lo[2], hi[2];
+  mpi_ok(MPI_Allreduce(mine, lo, 2, MPI_UNSIGNED_LONG_LONG, MPI_MIN, comm), "MPI_Allreduce");
+  mpi_ok(MPI_Allreduce(mine, hi, 2, MPI_UNSIGNED_LONG_LONG, MPI_MAX, comm), "MPI_Allreduce");
+  if (lo[0] != hi[0] || lo[1] != hi[1])
+    detail::fail(MDSM_ERR_MISMATCH, "ranks asked for different coherent regions (sizes ", lo[0], "..", hi[0],
+                 ", units ", lo[1], "..", hi[1], "); set MDSM_COHERENT_SIZE the same everywhere");
+
+  fd_ = os::create_backing(size_, "mdsm-coherent");
+
+  std::vector<std::uintptr_t> candidates;
+  if (cfg.address != 0) candidates.push_back(cfg.address);
+  if (!cfg.strict_address) {
+    for (int r = 0; r < std::min(ranks_, 4); ++r) candidates.push_back(0);  // 0: rank r proposes
+    candidates.insert(candidates.end(), std::begin(k_fallbacks), std::end(k_fallbacks));
+  }
+  std::string tried;
+  int proposer = 0;
+  for (std::uintptr_t candidate : candidates) {
+    unsigned long long addr = candidate;
+    if (candidate == 0) {
+      // A rank's kernel suggests a free range; leave a gap below it for the library view.
+      addr = rank == proposer ? reinterpret_cast<std::uintptr_t>(os::propose_address(size_)) : 0;
+      mpi_ok(MPI_Bcast(&addr, 1, MPI_UNSIGNED_LONG_LONG, proposer, comm), "MPI_Bcast");
+      ++proposer;
+      if (addr == 0) continue;
+    }
+    const bool aligned = addr % page == 0 && addr + size_ <= os::address_space_end() && addr + size_ > addr;
+    int ok = aligned && os::map_fixed_noreplace(reinterpret_cast<void*>(addr), size_, fd_, os::prot::none) ? 1 : 0;
+    int all = 0;
+    mpi_ok(MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, comm), "MPI_Allreduce");
+    if (all == 1) {
+      app_ = reinterpret_cast<std::byte*>(addr);
+      break;
+    }
+    if (ok) os::unmap(reinterpret_cast<void*>(addr), size_);
+    tried += (tried.empty() ? "" : ", ") + hex(static_cast<std::uintptr_t>(addr));
+  }
+  if (app_ == nullptr) {
+    os::close_backing(fd_);
+    detail::fail(MDSM_ERR_REGION_MAP, "could not map the ", size_, "-byte coherent region at one address on all ",
+                 ranks_, " ranks (tried ", tried.empty() ? std::string("nothing") : tried,
+                 "); something else is mapped there on some rank",
+                 cfg.strict_address ? ": drop the strict address requirement or pick another MDSM_COHERENT_ADDRESS"
+                                    : ": set a smaller MDSM_COHERENT_SIZE or a free MDSM_COHERENT_ADDRESS");
+  }
+  lib_ = static_cast<std::byte*>(os::map_anywhere(size_, fd_));
+  placement_ = hex(reinterpret_cast<std::uintptr_t>(app_)) +
+               (tried.empty() ? std::string() : " (after collisions at " + tried + ")");
+}
+
+region_map::~region_map() {
+  os::unmap(lib_, size_);
+  os::unmap(app_, size_);
+  os::close_backing(fd_);
+}
+
+}  // namespace mdsm::coherence

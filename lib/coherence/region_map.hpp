@@ -1,0 +1,87 @@
+// The coherent region's mapping and layout.
+//
+// The region is mapped at one virtual address on every rank, agreed collectively at init with
+// MAP_FIXED_NOREPLACE (an existing mapping is never clobbered: if any rank cannot map the
+// candidate address, all ranks try another one). Its memory is reserved, not committed.
+//
+// Layout, in coherence units (a unit is `unit_pages` OS pages):
+//   [0, collective_units)                      the collective arena: every rank allocates the
+//                                              same objects at the same addresses
+//   then one arena of arena_units per rank     non-collective allocations by that rank
+// Home of a unit (who keeps an authoritative copy after garbage collection, and who serves
+// whole-unit fetches): the arena owner, or unit % ranks in the collective arena.
+#pragma once
+
+#include <mpi.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace mdsm::coherence {
+
+struct region_config {
+  std::size_t size = std::size_t{1} << 30;  // bytes; rounded up to whole units
+  std::size_t unit_pages = 1;               // coherence unit, in OS pages
+  std::uintptr_t address = 0;               // requested address; 0 = let the ranks agree on one
+  bool strict_address = false;              // fail rather than move away from `address`
+  static region_config from_env(region_config defaults);  // MDSM_COHERENT_SIZE, _UNIT_PAGES, _ADDRESS
+};
+
+class region_map {
+ public:
+  // Collective over `comm`. Throws MDSM_ERR_REGION_MAP, MDSM_ERR_INVALID_ARGUMENT or
+  // MDSM_ERR_MISMATCH (ranks passed different sizes) with a message saying what to change.
+  region_map(MPI_Comm comm, const region_config& cfg);
+  ~region_map();
+  region_map(const region_map&) = delete;
+  region_map& operator=(const region_map&) = delete;
+
+  std::byte* app_base() const noexcept { return app_; }
+  std::byte* lib_base() const noexcept { return lib_; }
+  std::size_t size() const noexcept { return size_; }
+  std::size_t unit() const noexcept { return unit_; }
+  std::uint32_t units() const noexcept { return units_; }
+  int ranks() const noexcept { return ranks_; }
+
+  bool contains(const void* p) const noexcept {
+    auto a = reinterpret_cast<std::uintptr_t>(p);
+    auto b = reinterpret_cast<std::uintptr_t>(app_);
+    return a >= b && a < b + size_;
+  }
+  std::uint32_t unit_of(const void* p) const noexcept {
+    return static_cast<std::uint32_t>((reinterpret_cast<std::uintptr_t>(p) - reinterpret_cast<std::uintptr_t>(app_)) /
+                                      unit_);
+  }
+  std::byte* app_unit(std::uint32_t u) const noexcept { return app_ + std::size_t{u} * unit_; }
+  std::byte* lib_unit(std::uint32_t u) const noexcept { return lib_ + std::size_t{u} * unit_; }
+
+  std::uint32_t collective_units() const noexcept { return collective_units_; }
+  std::uint32_t arena_units() const noexcept { return arena_units_; }
+  std::uint32_t arena_begin(int rank) const noexcept {
+    return collective_units_ + static_cast<std::uint32_t>(rank) * arena_units_;
+  }
+  // Owner of the arena holding unit u, or -1 in the collective arena.
+  int arena_owner(std::uint32_t u) const noexcept {
+    return u < collective_units_ ? -1 : static_cast<int>((u - collective_units_) / arena_units_);
+  }
+  int home_of(std::uint32_t u) const noexcept {
+    int owner = arena_owner(u);
+    return owner >= 0 ? owner : static_cast<int>(u % static_cast<std::uint32_t>(ranks_));
+  }
+  const std::string& placement() const noexcept { return placement_; }
+
+ private:
+  std::byte* app_ = nullptr;
+  std::byte* lib_ = nullptr;
+  int fd_ = -1;
+  std::size_t size_ = 0;
+  std::size_t unit_ = 0;
+  std::uint32_t units_ = 0;
+  std::uint32_t collective_units_ = 0;
+  std::uint32_t arena_units_ = 0;
+  int ranks_ = 1;
+  std::string placement_;
+};
+
+}  // namespace mdsm::coherence

@@ -1,0 +1,137 @@
+// The coherence protocol's other side: serving diff, copy and interval requests (in handler
+// context, on whichever thread holds the progress lock) and matching replies to their waiters.
+#include "coherence/engine.hpp"
+
+#include "coherence/protocol.hpp"
+#include "stats/counters.hpp"
+
+#include <algorithm>
+
+namespace mdsm::coherence {
+
+std::uint32_t engine::register_box(box_ptr box) {
+  std::lock_guard lk(boxes_mutex_);
+  std::uint32_t token = next_token_++;
+  if (next_token_ == 0) next_token_ = 1;  // 0 means "no reply expected"
+  boxes_.emplace(token, std::move(box));
+  return token;
+}
+
+void engine::send_protocol(int dest, std::uint32_t op, std::uint32_t token, std::span<const std::byte> payload) {
+  stats::add(stats::counter::protocol_msgs_sent);
+  stats::add(stats::counter::protocol_bytes_sent, sizeof(net::frame_header) + payload.size());
+  transport_.send(dest, net::make_header(net::channel::coherence, op, rank_, 0, token), payload, {});
+}
+
+void engine::on_frame(void* ctx, const net::inbound_frame& f) {
+  auto* self = static_cast<engine*>(ctx);
+  net::handler_scope scope("mdsm coherence protocol");
+  switch (f.header.handler) {
+    case op_diff_request: return self->serve_diff_request(f, false);
+    case op_copy_request: return self->serve_diff_request(f, true);
+    case op_interval_request: return self->serve_interval_request(f);
+    case op_diff_reply:
+    case op_copy_reply:
+    case op_interval_reply: return self->take_reply(f);
+    default: net::byte_reader::malformed("unknown coherence operation");
+  }
+}
+
+void engine::encode_pieces_locked(std::uint32_t u, page_entry& pe, const std::vector<std::uint32_t>& intervals,
+                                  net::byte_writer& out) {
+  // Diffs are made lazily: if a requested notice still has writes only in the twin, make the
+  // diff now (it becomes part of every notice awaiting the twin).
+  for (std::uint32_t i : intervals) {
+    auto it = std::find_if(pe.own.begin(), pe.own.end(), [&](const own_notice& n) { return n.interval == i; });
+    if (it != pe.own.end() && it->awaiting_twin) {
+      make_diff_locked(u, pe);
+      break;
+    }
+  }
+  // Each distinct piece once, with the requested intervals it belongs to.
+  std::vector<std::pair<diff_ptr, std::vector<std::uint32_t>>> pieces;
+  for (std::uint32_t i : intervals) {
+    auto it = std::find_if(pe.own.begin(), pe.own.end(), [&](const own_notice& n) { return n.interval == i; });
+    if (it == pe.own.end()) continue;  // no writes of ours to this unit in that interval
+    for (const auto& d : it->pieces) {
+      auto p = std::find_if(pieces.begin(), pieces.end(), [&](const auto& e) { return e.first == d; });
+      if (p == pieces.end()) pieces.emplace_back(d, std::vector<std::uint32_t>{i});
+      else p->second.push_back(i);
+    }
+  }
+  out.put(static_cast<std::uint32_t>(pieces.size()));
+  for (const auto& [d, in] : pieces) {
+    out.put(static_cast<std::uint32_t>(in.size()));
+    out.put_array<std::uint32_t>(in);
+    out.put(static_cast<std::uint32_t>(d->bytes.size()));
+    out.put_bytes(d->bytes);
+  }
+}
+
+void engine::serve_diff_request(const net::inbound_frame& f, bool with_copy) {
+  net::byte_reader in(f.payload);
+  const auto u = in.get<std::uint32_t>();
+  if (u >= region_.units()) net::byte_reader::malformed("request for a unit outside the region");
+  std::vector<std::uint32_t> intervals;
+  in.get_array(in.get<std::uint32_t>(), intervals);
+  in.expect_done();
+  net::byte_writer out;
+  out.put(u);
+  {
+    std::lock_guard lk(pages_.lock_of(u));
+    page_entry& pe = pages_.at(u);
+    if (with_copy) {
+      // Only the home is asked for copies, and the home never drops its copy.
+      const bool allocated = pe.state != page_state::unallocated && pe.state != page_state::no_copy;
+      out.put(static_cast<std::uint8_t>(allocated ? 1 : 0));
+      if (allocated) out.put_bytes(std::span<const std::byte>(region_.lib_unit(u), region_.unit()));
+    }
+    encode_pieces_locked(u, pe, intervals, out);
+  }
+  send_protocol(f.source, with_copy ? op_copy_reply : op_diff_reply, f.header.token, out.bytes());
+}
+
+void engine::serve_interval_request(const net::inbound_frame& f) {
+  net::byte_reader in(f.payload);
+  const auto n = in.get<std::uint32_t>();
+  std::vector<std::uint32_t> ranges;
+  if (n > in.remaining() / 12) net::byte_reader::malformed("interval request longer than the frame");
+  in.get_array(std::size_t{n} * 3, ranges);
+  in.expect_done();
+  net::byte_writer out;
+  const std::size_t count_at = out.reserve_slot<std::uint32_t>();
+  std::uint32_t count = 0;
+  {
+    std::lock_guard lk(meta_);
+    for (std::size_t k = 0; k < ranges.size(); k += 3) {
+      const std::uint32_t c = ranges[k], after = ranges[k + 1], through = ranges[k + 2];
+      if (c >= static_cast<std::uint32_t>(size_)) net::byte_reader::malformed("interval creator out of range");
+      for (std::uint32_t i = std::max(after, store_.collected_through(c)) + 1; i <= std::min(through, vt_[c]); ++i) {
+        store_.find(c, i)->encode(out);
+        ++count;
+      }
+    }
+  }
+  out.fill_slot(count_at, count);
+  send_protocol(f.source, op_interval_reply, f.header.token, out.bytes());
+}
+
+void engine::take_reply(const net::inbound_frame& f) {
+  box_ptr box;
+  {
+    std::lock_guard lk(boxes_mutex_);
+    auto it = boxes_.find(f.header.token);
+    if (it == boxes_.end()) net::byte_reader::malformed("reply with an unknown token");
+    box = std::move(it->second);
+    boxes_.erase(it);
+  }
+  if (box->callback) {
+    box->callback(f.payload, f.source);
+    return;
+  }
+  box->data.assign(f.payload.begin(), f.payload.end());
+  box->source = f.source;
+  box->ready.store(true, std::memory_order_release);
+}
+
+}  // namespace mdsm::coherence

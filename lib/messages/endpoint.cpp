@@ -1,0 +1,229 @@
+#include "messages/endpoint.hpp"
+#include "messages/current.hpp"
+
+#include "common/deferred.hpp"
+#include "stats/counters.hpp"
+
+namespace mdsm {
+
+namespace detail {
+
+net::frame_header stored::header() const {
+  net::frame_header h;
+  std::memcpy(&h, frame.data(), sizeof h);
+  return h;
+}
+
+std::span<const std::byte> stored::payload() const {
+  const net::frame_header h = header();
+  return std::span<const std::byte>(frame).subspan(sizeof h, h.payload_len);
+}
+
+}  // namespace detail
+
+namespace messages {
+
+namespace {
+
+std::uint32_t name_hash(std::string_view name) {
+  std::uint32_t h = 2166136261u;  // FNV-1a
+  for (char c : name) {
+    h ^= static_cast<unsigned char>(c);
+    h *= 16777619u;
+  }
+  return h;
+}
+
+constexpr unsigned k_annotations = 4;
+
+void count_received(annotation a) {
+  stats::add(stats::by_annotation(stats::counter::msgs_received_none, static_cast<unsigned>(a)));
+}
+
+}  // namespace
+
+bool needs_disposal(annotation a) noexcept { return a == annotation::release || a == annotation::release_nt; }
+
+endpoint::endpoint(net::transport& t, net::progress& p, coherence::engine& e)
+    : transport_(t), progress_(p), engine_(e) {
+  t.set_handler(net::channel::messages, &endpoint::on_frame, this);
+}
+
+endpoint::~endpoint() { transport_.set_handler(net::channel::messages, nullptr, nullptr); }
+
+const detail::handler_entry* endpoint::entry(handler_id h) const {
+  if (h >= published_.load(std::memory_order_acquire)) return nullptr;
+  return &handlers_[h];
+}
+
+void endpoint::check_dest(int dest, const char* what) const {
+  if (dest < 0 || dest >= transport_.size())
+    detail::fail(MDSM_ERR_INVALID_RANK, what, ": rank ", dest, " is out of range (the job has ", transport_.size(),
+                 " ranks)");
+}
+
+handler_id endpoint::register_handler(std::string_view name, handler_fn fn) {
+  if (name.empty()) detail::fail(MDSM_ERR_INVALID_ARGUMENT, "register_handler: the name must not be empty");
+  if (!fn) detail::fail(MDSM_ERR_INVALID_ARGUMENT, "register_handler('", name, "'): the handler function is empty");
+  std::lock_guard lk(register_mutex_);
+  const auto id = static_cast<handler_id>(handlers_.size());
+  const std::uint32_t hash = name_hash(name);
+  handlers_.push_back(detail::handler_entry{std::string(name), hash, std::move(fn)});
+  // Publish before agreeing: once the agreement completes on any rank, every rank has published
+  // the handler, so a message sent afterwards finds it.
+  published_.store(handlers_.size(), std::memory_order_release);
+  std::uint32_t mine[2] = {id, hash};
+  std::vector<std::uint32_t> all(2 * static_cast<std::size_t>(transport_.size()));
+  MPI_Request req;
+  MPI_Iallgather(mine, 2, MPI_UINT32_T, all.data(), 2, MPI_UINT32_T, transport_.collective_comm(), &req);
+  progress_.wait_until([&] {
+    int done = 0;
+    MPI_Test(&req, &done, MPI_STATUS_IGNORE);
+    return done != 0;
+  });
+  for (int r = 0; r < transport_.size(); ++r) {
+    if (all[2 * static_cast<std::size_t>(r)] != id || all[2 * static_cast<std::size_t>(r) + 1] != hash) {
+      published_.store(handlers_.size() - 1, std::memory_order_release);
+      handlers_.pop_back();
+      detail::fail(MDSM_ERR_HANDLER_MISMATCH, "handler '", name, "' would get id ", id, " on rank ", transport_.rank(),
+                   " but rank ", r, " registered a different handler (or a different number of handlers) at this "
+                   "point; register the same handlers in the same order on every rank");
+    }
+  }
+  return id;
+}
+
+void endpoint::send(int dest, handler_id h, std::span<const std::byte> payload, annotation a) {
+  check_dest(dest, "send");
+  if (static_cast<unsigned>(a) >= k_annotations)
+    detail::fail(MDSM_ERR_INVALID_ANNOTATION, "send: annotation ", static_cast<unsigned>(a),
+                 " is not NONE, REQUEST, RELEASE or RELEASE_NT");
+  if (entry(h) == nullptr)
+    detail::fail(MDSM_ERR_UNKNOWN_HANDLER, "send: handler id ", h, " was never registered (", published_.load(),
+                 " handlers exist)");
+  thread_local net::byte_writer cinfo;
+  cinfo.clear();
+  switch (a) {
+    case annotation::none: break;
+    case annotation::request: engine_.encode_request(cinfo); break;
+    case annotation::release: engine_.encode_release(dest, true, cinfo); break;
+    case annotation::release_nt: engine_.encode_release(dest, false, cinfo); break;
+  }
+  const unsigned ai = static_cast<unsigned>(a);
+  stats::add(stats::by_annotation(stats::counter::msgs_sent_none, ai));
+  stats::add(stats::by_annotation(stats::counter::payload_bytes_sent_none, ai), payload.size());
+  stats::add(stats::by_annotation(stats::counter::cinfo_bytes_sent_none, ai), cinfo.size());
+  transport_.send(dest,
+                  net::make_header(net::channel::messages, h, transport_.rank(), static_cast<std::uint8_t>(a)),
+                  payload, cinfo.bytes());
+}
+
+void endpoint::on_frame(void* ctx, const net::inbound_frame& f) { static_cast<endpoint*>(ctx)->deliver(f); }
+
+void endpoint::deliver(const net::inbound_frame& f) {
+  if (f.header.annot >= k_annotations) net::byte_reader::malformed("invalid annotation");
+  const detail::handler_entry* e = entry(f.header.handler);
+  if (e == nullptr) net::byte_reader::malformed("unknown handler id");
+  const auto a = static_cast<annotation>(f.header.annot);
+  detail::inbound in{f, *e, a, std::nullopt};
+  switch (a) {
+    case annotation::none:
+      if (!f.cinfo.empty()) net::byte_reader::malformed("NONE message with consistency information");
+      break;
+    case annotation::request: engine_.learn_request(f.header.origin, f.cinfo); break;
+    case annotation::release:
+    case annotation::release_nt: in.release = engine_.decode_release(f.header.origin, f.cinfo); break;
+  }
+  count_received(a);
+  message m = detail::inbound::make(&in);
+  {
+    net::handler_scope scope(e->name.c_str());
+    stats::scoped_timer timer(stats::counter::handler_ns);
+    try {
+      e->fn(m);
+    } catch (const error& err) {
+      detail::defer_error(error(err.code(), detail::cat(err.what(), " (in message handler '", e->name, "')")));
+    } catch (const std::exception& ex) {
+      detail::defer_error(error(MDSM_ERR_INVALID_ARGUMENT,
+                                detail::cat("mdsm: message handler '", e->name, "' threw: ", ex.what())));
+    }
+  }
+  if (needs_disposal(a) && !in.disposed)
+    detail::defer_error(error(MDSM_ERR_NOT_DISPOSED,
+                              detail::cat("mdsm: message handler '", e->name, "' returned without accepting, forwarding "
+                                          "or storing a ", to_string(a), " message from rank ", f.header.origin,
+                                          "; the message was dropped. Every RELEASE must be disposed of exactly once")));
+}
+
+namespace {
+void mark_disposed(bool& disposed, const std::string& handler, const char* op) {
+  if (disposed)
+    detail::fail(MDSM_ERR_ALREADY_DISPOSED, op, ": the message for handler '", handler,
+                 "' was already accepted, forwarded or stored");
+  disposed = true;
+}
+}  // namespace
+
+void endpoint::accept(detail::inbound& in) {
+  mark_disposed(in.disposed, in.entry.name, "accept");
+  if (in.release) {
+    stats::add(stats::counter::msgs_accepted);
+    engine_.begin_acquire({std::move(*in.release)});  // handler context: completes asynchronously
+  }
+}
+
+void endpoint::forward(detail::inbound& in, int dest) {
+  if (in.disposed) mark_disposed(in.disposed, in.entry.name, "forward");
+  check_dest(dest, detail::cat("forward (handler '", in.entry.name, "')").c_str());
+  in.disposed = true;
+  stats::add(stats::counter::msgs_forwarded);
+  transport_.send_frame(dest, in.frame.whole);
+}
+
+std::unique_ptr<detail::stored> endpoint::store(detail::inbound& in) {
+  mark_disposed(in.disposed, in.entry.name, "store");
+  stats::add(stats::counter::msgs_stored);
+  auto s = std::make_unique<detail::stored>();
+  s->frame.assign(in.frame.whole.begin(), in.frame.whole.end());
+  s->source = in.frame.source;
+  s->entry = &in.entry;
+  s->annot = in.annot;
+  s->release = std::move(in.release);
+  return s;
+}
+
+void endpoint::accept(detail::stored& s) {
+  mark_disposed(s.disposed, s.entry->name, "accept");
+  if (!s.release) return;
+  stats::add(stats::counter::msgs_accepted);
+  auto acq = engine_.begin_acquire({std::move(*s.release)});
+  s.release.reset();
+  if (net::current_handler() == nullptr) engine_.wait_acquire(acq);
+}
+
+void endpoint::forward(detail::stored& s, int dest) {
+  if (s.disposed) mark_disposed(s.disposed, s.entry->name, "forward");
+  check_dest(dest, detail::cat("forward (handler '", s.entry->name, "')").c_str());
+  s.disposed = true;
+  stats::add(stats::counter::msgs_forwarded);
+  transport_.send_frame(dest, s.frame);
+}
+
+}  // namespace messages
+}  // namespace mdsm
+
+namespace mdsm::messages {
+
+namespace {
+std::atomic<endpoint*> g_current{nullptr};
+}
+
+void set_current(endpoint* e) noexcept { g_current.store(e, std::memory_order_release); }
+
+endpoint& current() {
+  endpoint* e = g_current.load(std::memory_order_acquire);
+  if (e == nullptr) detail::fail(MDSM_ERR_NOT_INITIALIZED, "mdsm is not initialized: call mdsm::init first");
+  return *e;
+}
+
+}  // namespace mdsm::messages

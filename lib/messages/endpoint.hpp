@@ -1,0 +1,93 @@
+// Annotated active messages: the handler registry, annotated sends, and delivery with the
+// handler contract enforced (see the contract in include/mdsm/mdsm.hpp, register_handler).
+//
+// Threads: send() from any thread. deliver() runs under the progress lock (one handler at a
+// time per rank). The registry is append-only; ids are published with release ordering so a
+// delivering thread never sees a half-built entry.
+#pragma once
+
+#include "coherence/engine.hpp"
+#include "net/progress.hpp"
+#include "net/transport.hpp"
+
+#include <mdsm/mdsm.hpp>
+
+#include <atomic>
+#include <deque>
+#include <mutex>
+#include <optional>
+#include <string>
+
+namespace mdsm {
+namespace detail {
+
+struct handler_entry {
+  std::string name;
+  std::uint32_t hash;
+  handler_fn fn;
+};
+
+// What a handler's `message` refers to while the handler runs.
+struct inbound {
+  const net::inbound_frame& frame;
+  const handler_entry& entry;
+  annotation annot;
+  std::optional<coherence::release_info> release;  // RELEASE kinds
+  bool disposed = false;
+
+  static message make(inbound* in) noexcept { return message(in); }
+};
+
+// A stored message: the whole frame, so it can be forwarded unchanged.
+struct stored {
+  std::vector<std::byte> frame;
+  int source;
+  const handler_entry* entry;
+  annotation annot;
+  std::optional<coherence::release_info> release;
+  bool disposed = false;
+  net::frame_header header() const;
+  std::span<const std::byte> payload() const;
+};
+
+}  // namespace detail
+
+namespace messages {
+
+bool needs_disposal(annotation a) noexcept;
+
+class endpoint {
+ public:
+  endpoint(net::transport& t, net::progress& p, coherence::engine& e);
+  ~endpoint();
+
+  handler_id register_handler(std::string_view name, handler_fn fn);
+  void send(int dest, handler_id h, std::span<const std::byte> payload, annotation a);
+
+  // Disposal, for message and stored_message.
+  void accept(detail::inbound& in);
+  void forward(detail::inbound& in, int dest);
+  std::unique_ptr<detail::stored> store(detail::inbound& in);
+  void accept(detail::stored& s);
+  void forward(detail::stored& s, int dest);
+
+  const detail::handler_entry* entry(handler_id h) const;
+  net::transport& transport() noexcept { return transport_; }
+  net::progress& progress() noexcept { return progress_; }
+  coherence::engine& engine() noexcept { return engine_; }
+
+ private:
+  static void on_frame(void* ctx, const net::inbound_frame& f);
+  void deliver(const net::inbound_frame& f);
+  void check_dest(int dest, const char* what) const;
+
+  net::transport& transport_;
+  net::progress& progress_;
+  coherence::engine& engine_;
+  std::mutex register_mutex_;
+  std::deque<detail::handler_entry> handlers_;  // stable addresses; append-only
+  std::atomic<std::size_t> published_{0};
+};
+
+}  // namespace messages
+}  // namespace mdsm

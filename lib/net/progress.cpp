@@ -1,0 +1,145 @@
+#include "net/progress.hpp"
+
+#include "common/check.hpp"
+#include "common/deferred.hpp"
+#include "common/env.hpp"
+#include "os/topology.hpp"
+#include "stats/counters.hpp"
+
+#include <chrono>
+#include <ctime>
+#include <sched.h>
+#include <sys/prctl.h>
+
+namespace mdsm::net {
+
+namespace {
+thread_local const char* t_current_handler = nullptr;
+
+// Frames delivered per turn before the lock is offered to others again.
+constexpr std::size_t k_batch = 16;
+// Idle turns of a wait loop spent spinning before each further turn yields the core.
+constexpr unsigned k_spin_turns = 64;
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+}  // namespace
+
+const char* current_handler() noexcept { return t_current_handler; }
+
+handler_scope::handler_scope(const char* name) noexcept : previous_(t_current_handler) { t_current_handler = name; }
+handler_scope::~handler_scope() { t_current_handler = previous_; }
+
+progress_config progress_config::from_env(progress_config d) {
+  d.thread = detail::env_uint("MDSM_PROGRESS_THREAD", d.thread ? 1 : 0) != 0;
+  d.spin_ns = detail::env_uint("MDSM_PROGRESS_SPIN_US", d.spin_ns / 1000) * 1000;
+  d.sleep_min_ns = detail::env_uint("MDSM_PROGRESS_SLEEP_MIN_US", d.sleep_min_ns / 1000) * 1000;
+  d.sleep_max_ns = detail::env_uint("MDSM_PROGRESS_SLEEP_MAX_US", d.sleep_max_ns / 1000) * 1000;
+  d.pin = detail::env_uint("MDSM_PROGRESS_PIN", d.pin ? 1 : 0) != 0;
+  if (d.sleep_min_ns == 0) d.sleep_min_ns = 1000;
+  if (d.sleep_max_ns < d.sleep_min_ns) d.sleep_max_ns = d.sleep_min_ns;
+  return d;
+}
+
+progress::progress(transport& t, progress_config cfg) : transport_(t), cfg_(cfg) {}
+
+progress::~progress() { stop_thread(); }
+
+std::uint64_t progress::now_ns() noexcept {
+  return static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count());
+}
+
+void progress::start_thread() {
+  if (!cfg_.thread || thread_.joinable()) return;
+  stop_.store(false);
+  thread_ = std::thread([this] { thread_main(); });
+}
+
+void progress::stop_thread() {
+  if (!thread_.joinable()) return;
+  {
+    std::lock_guard lk(park_mutex_);
+    stop_.store(true);
+  }
+  park_cv_.notify_all();
+  thread_.join();
+}
+
+bool progress::poll_once() {
+  std::unique_lock lk(lock_, std::try_to_lock);
+  if (!lk.owns_lock()) return false;
+  return transport_.poll(k_batch) > 0;
+}
+
+void progress::enter_wait() {
+  if (const char* h = current_handler())
+    detail::fail(MDSM_ERR_HANDLER_CONTEXT, "message handler '", h,
+                 "' tried to block (wait for a remote event); handlers must return at once: store the message "
+                 "and finish the work from the application thread");
+  app_waiters_.fetch_add(1, std::memory_order_acq_rel);
+  stats::add(stats::counter::waits);
+  if (hooks_.block) hooks_.block(hooks_.ctx);
+}
+
+void progress::leave_wait(std::uint64_t start_ns) {
+  stats::add(stats::counter::wait_ns, now_ns() - start_ns);
+  if (app_waiters_.fetch_sub(1, std::memory_order_acq_rel) == 1) park_cv_.notify_one();
+  if (hooks_.wake) hooks_.wake(hooks_.ctx);
+}
+
+void progress::idle(unsigned& turns) {
+  if (hooks_.idle) {
+    hooks_.idle(hooks_.ctx);
+    return;
+  }
+  if (++turns < k_spin_turns) {
+    cpu_relax();
+  } else {
+    sched_yield();  // oversubscribed ranks need the core more than this spin does
+  }
+}
+
+void progress::thread_main() {
+  // Precise short sleeps: the default 50 us timer slack would stretch every nap.
+  prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
+  if (cfg_.pin) pinning_ = os::topology::pin_to_spare_pu(cfg_.local_rank, cfg_.local_size);
+  else pinning_ = "not pinned (MDSM_PROGRESS_PIN=0)";
+  std::uint64_t idle_since = now_ns();
+  std::uint64_t nap = cfg_.sleep_min_ns;
+  while (!stop_.load(std::memory_order_acquire)) {
+    if (app_waiters_.load(std::memory_order_acquire) > 0) {
+      // An application thread is polling for itself: stand aside until it is done.
+      std::unique_lock lk(park_mutex_);
+      park_cv_.wait_for(lk, std::chrono::milliseconds(10), [this] {
+        return stop_.load(std::memory_order_acquire) || app_waiters_.load(std::memory_order_acquire) == 0;
+      });
+      idle_since = now_ns();
+      nap = cfg_.sleep_min_ns;
+      continue;
+    }
+    bool delivered = false;
+    try {
+      delivered = poll_once();
+    } catch (const error& e) {
+      detail::defer_error(e);
+    }
+    if (delivered) {
+      idle_since = now_ns();
+      nap = cfg_.sleep_min_ns;
+      continue;
+    }
+    if (now_ns() - idle_since < cfg_.spin_ns) {
+      cpu_relax();
+      continue;
+    }
+    timespec ts{static_cast<time_t>(nap / 1'000'000'000), static_cast<long>(nap % 1'000'000'000)};
+    nanosleep(&ts, nullptr);
+    nap = std::min(nap * 2, cfg_.sleep_max_ns);
+  }
+}
+
+}  // namespace mdsm::net

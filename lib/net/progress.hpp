@@ -1,0 +1,123 @@
+// The progress engine and the ONE place where a thread waits for a remote event.
+//
+// Incoming frames are delivered by whichever thread holds the progress lock:
+//   * the progress thread, while the application computes. Policy: after delivering something it
+//     keeps polling for `spin` (default 20 us); then it sleeps, starting at `sleep_min` and
+//     doubling up to `sleep_max` (defaults 2 us and 200 us) until something arrives again.
+//     It is pinned with hwloc to a spare hardware thread where one exists.
+//   * an application thread waiting inside mdsm (wait_until): it polls directly, so a blocked
+//     wait is never slowed by the sleep policy; while any application thread waits, the
+//     progress thread stands aside instead of competing for the lock and the core.
+// Holding the lock is what makes handlers on one rank run one at a time.
+//
+// Knobs (environment overrides the init options): MDSM_PROGRESS_THREAD (1/0),
+// MDSM_PROGRESS_SPIN_US, MDSM_PROGRESS_SLEEP_MIN_US, MDSM_PROGRESS_SLEEP_MAX_US,
+// MDSM_PROGRESS_PIN (1/0). See docs/RUNNING.md.
+//
+// Upcalls: wait_until reports `block` when a wait begins, `idle` on every turn of the wait loop
+// (a user-level scheduler switches to another thread there instead of spinning) and `wake` when
+// the wait ends. This is the seam lib/threads plugs into.
+#pragma once
+
+#include "net/transport.hpp"
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <thread>
+
+namespace mdsm::net {
+
+struct progress_config {
+  bool thread = true;
+  std::uint64_t spin_ns = 20'000;
+  std::uint64_t sleep_min_ns = 2'000;
+  std::uint64_t sleep_max_ns = 200'000;
+  bool pin = true;
+  int local_rank = 0;
+  int local_size = 1;
+  // Reads the MDSM_PROGRESS_* variables over the defaults.
+  static progress_config from_env(progress_config defaults);
+};
+
+struct wait_hooks {
+  void (*block)(void* ctx) = nullptr;
+  void (*idle)(void* ctx) = nullptr;
+  void (*wake)(void* ctx) = nullptr;
+  void* ctx = nullptr;
+};
+
+// Name of the message handler running on this thread, or nullptr outside handler context.
+const char* current_handler() noexcept;
+
+// Marks the calling thread as running a handler for its lifetime (lib/messages, lib/coherence).
+class handler_scope {
+ public:
+  explicit handler_scope(const char* name) noexcept;
+  ~handler_scope();
+  handler_scope(const handler_scope&) = delete;
+  handler_scope& operator=(const handler_scope&) = delete;
+
+ private:
+  const char* previous_;
+};
+
+class progress {
+ public:
+  progress(transport& t, progress_config cfg);
+  ~progress();
+  progress(const progress&) = delete;
+  progress& operator=(const progress&) = delete;
+
+  void start_thread();
+  void stop_thread();
+  const std::string& pinning() const noexcept { return pinning_; }
+
+  // Blocks the calling thread until done() returns true, delivering incoming frames meanwhile.
+  // done() is evaluated without any lock held. Throws MDSM_ERR_HANDLER_CONTEXT if called from a
+  // handler (handlers must not block).
+  template <class Done>
+  void wait_until(Done&& done) {
+    if (done()) return;
+    enter_wait();
+    waiter_guard guard(*this);
+    unsigned idle_turns = 0;
+    while (!done()) {
+      if (!poll_once()) idle(idle_turns);
+      else idle_turns = 0;
+    }
+  }
+
+  // One turn of progress if the lock is free. Returns true if a frame was delivered.
+  bool poll_once();
+
+  void set_hooks(const wait_hooks& hooks) { hooks_ = hooks; }
+
+ private:
+  struct waiter_guard {
+    explicit waiter_guard(progress& p) : p_(p), start_ns_(now_ns()) {}
+    ~waiter_guard() { p_.leave_wait(start_ns_); }
+    progress& p_;
+    std::uint64_t start_ns_;
+  };
+  static std::uint64_t now_ns() noexcept;
+  void enter_wait();
+  void leave_wait(std::uint64_t start_ns);
+  void idle(unsigned& turns);
+  void thread_main();
+
+  transport& transport_;
+  progress_config cfg_;
+  std::mutex lock_;  // the progress lock
+  std::atomic<int> app_waiters_{0};
+  std::atomic<bool> stop_{false};
+  std::mutex park_mutex_;
+  std::condition_variable park_cv_;
+  std::thread thread_;
+  std::string pinning_ = "no progress thread";
+  wait_hooks hooks_;
+};
+
+}  // namespace mdsm::net

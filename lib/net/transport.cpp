@@ -1,0 +1,229 @@
+#include "net/transport.hpp"
+
+#include "common/deferred.hpp"
+#include "net/progress.hpp"
+#include "stats/counters.hpp"
+
+#include <cstdio>
+#include <limits>
+
+namespace mdsm::net {
+
+namespace {
+
+constexpr int k_ring_tag = 0;
+constexpr int k_large_tag = 1;
+constexpr std::uint32_t k_op_large = 1;  // control channel: payload = u64 body length
+constexpr std::size_t k_ring_slots = 16;
+constexpr std::uint64_t k_frame_limit = std::numeric_limits<int>::max();  // MPI counts are int
+
+void check_mpi(int rc, const char* what) {
+  if (rc == MPI_SUCCESS) return;
+  char text[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(rc, text, &len);
+  detail::fail(MDSM_ERR_MPI, what, " failed: ", std::string(text, static_cast<std::size_t>(len)));
+}
+
+void report_malformed(int rank, int source, const char* why) {
+  stats::add(stats::counter::frames_malformed);
+  static std::atomic<int> reported{0};
+  if (reported.fetch_add(1) < 10)
+    std::fprintf(stderr, "mdsm: rank %d dropped a malformed frame from rank %d: %s\n", rank, source, why);
+}
+
+}  // namespace
+
+transport::transport(MPI_Comm base, std::size_t inline_max) : inline_max_(inline_max) {
+  check_mpi(MPI_Comm_dup(base, &comm_), "MPI_Comm_dup");
+  check_mpi(MPI_Comm_dup(base, &coll_comm_), "MPI_Comm_dup");
+  MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+  MPI_Comm_set_errhandler(coll_comm_, MPI_ERRORS_RETURN);
+  MPI_Comm_rank(comm_, &rank_);
+  MPI_Comm_size(comm_, &size_);
+  ring_buffers_.resize(k_ring_slots + 1);  // one spare: see poll()
+  ring_requests_.resize(k_ring_slots);
+  for (auto& b : ring_buffers_) b = std::make_unique<std::byte[]>(inline_max_);
+  for (std::size_t i = 0; i < k_ring_slots; ++i)
+    check_mpi(MPI_Irecv(ring_buffers_[i].get(), static_cast<int>(inline_max_), MPI_BYTE, MPI_ANY_SOURCE, k_ring_tag,
+                        comm_, &ring_requests_[i]),
+              "MPI_Irecv");
+}
+
+transport::~transport() {
+  // Pre: the job is quiescent (finalize detected termination), so nothing is in flight to us.
+  for (auto& p : inflight_) MPI_Wait(&p.request, MPI_STATUS_IGNORE);
+  inflight_.clear();
+  for (auto& r : ring_requests_) {
+    MPI_Cancel(&r);
+    MPI_Wait(&r, MPI_STATUS_IGNORE);
+  }
+  MPI_Comm_free(&coll_comm_);
+  MPI_Comm_free(&comm_);
+}
+
+void transport::set_handler(channel c, frame_handler fn, void* ctx) {
+  handlers_[static_cast<unsigned>(c)] = slot{fn, ctx};
+}
+
+void transport::send(int dest, frame_header h, std::span<const std::byte> payload, std::span<const std::byte> cinfo) {
+  MDSM_ASSERT(dest >= 0 && dest < size_, "send to a rank out of range");
+  const std::uint64_t len = sizeof(frame_header) + payload.size() + cinfo.size();
+  if (len > k_frame_limit)
+    detail::fail(MDSM_ERR_INVALID_ARGUMENT, "a message of ", len, " bytes exceeds the frame limit of ", k_frame_limit,
+                 " bytes; split it");
+  h.payload_len = static_cast<std::uint32_t>(payload.size());
+  h.cinfo_len = static_cast<std::uint32_t>(cinfo.size());
+  auto buffer = std::make_unique_for_overwrite<std::byte[]>(len);
+  std::memcpy(buffer.get(), &h, sizeof h);
+  if (!payload.empty()) std::memcpy(buffer.get() + sizeof h, payload.data(), payload.size());
+  if (!cinfo.empty()) std::memcpy(buffer.get() + sizeof h + payload.size(), cinfo.data(), cinfo.size());
+  post(std::move(buffer), len, dest);
+}
+
+void transport::send_frame(int dest, std::span<const std::byte> frame) {
+  MDSM_ASSERT(dest >= 0 && dest < size_, "send to a rank out of range");
+  auto buffer = std::make_unique_for_overwrite<std::byte[]>(frame.size());
+  std::memcpy(buffer.get(), frame.data(), frame.size());
+  post(std::move(buffer), frame.size(), dest);
+}
+
+void transport::send_raw_for_test(int dest, std::span<const std::byte> bytes) {
+  auto buffer = std::make_unique_for_overwrite<std::byte[]>(bytes.size());
+  std::memcpy(buffer.get(), bytes.data(), bytes.size());
+  sent_.fetch_add(1, std::memory_order_relaxed);
+  isend(std::move(buffer), bytes.size(), dest, k_ring_tag);
+}
+
+void transport::post(std::unique_ptr<std::byte[]> buffer, std::size_t len, int dest) {
+  stats::add(stats::counter::frames_sent);
+  stats::add(stats::counter::frame_bytes_sent, len);
+  sent_.fetch_add(1, std::memory_order_relaxed);
+  if (len <= inline_max_) {
+    isend(std::move(buffer), len, dest, k_ring_tag);
+    return;
+  }
+  stats::add(stats::counter::large_frames);
+  frame_header h = make_header(channel::control, k_op_large, rank_);
+  h.payload_len = sizeof(std::uint64_t);
+  const std::uint64_t body = len;
+  auto announce = std::make_unique_for_overwrite<std::byte[]>(sizeof h + sizeof body);
+  std::memcpy(announce.get(), &h, sizeof h);
+  std::memcpy(announce.get() + sizeof h, &body, sizeof body);
+  std::lock_guard lk(large_mutex_);
+  isend(std::move(announce), sizeof h + sizeof body, dest, k_ring_tag);
+  isend(std::move(buffer), len, dest, k_large_tag);
+}
+
+void transport::isend(std::unique_ptr<std::byte[]> buffer, std::size_t len, int dest, int tag) {
+  MPI_Request req;
+  check_mpi(MPI_Isend(buffer.get(), static_cast<int>(len), MPI_BYTE, dest, tag, comm_, &req), "MPI_Isend");
+  int done = 0;
+  check_mpi(MPI_Test(&req, &done, MPI_STATUS_IGNORE), "MPI_Test");
+  if (done) return;
+  std::lock_guard lk(send_mutex_);
+  inflight_.push_back(pending_send{req, std::move(buffer)});
+  inflight_count_.fetch_add(1, std::memory_order_release);
+}
+
+void transport::retire_sends() {
+  if (inflight_count_.load(std::memory_order_acquire) == 0) return;
+  std::unique_lock lk(send_mutex_, std::try_to_lock);
+  if (!lk.owns_lock()) return;  // a sender is adding; retire next time
+  for (std::size_t i = 0; i < inflight_.size();) {
+    int done = 0;
+    check_mpi(MPI_Test(&inflight_[i].request, &done, MPI_STATUS_IGNORE), "MPI_Test");
+    if (done) {
+      inflight_[i] = std::move(inflight_.back());
+      inflight_.pop_back();
+      inflight_count_.fetch_sub(1, std::memory_order_release);
+    } else {
+      ++i;
+    }
+  }
+}
+
+std::size_t transport::poll(std::size_t max_frames) {
+  retire_sends();
+  std::size_t delivered = 0;
+  while (delivered < max_frames) {
+    int flag = 0;
+    MPI_Status st;
+    int rc = MPI_Test(&ring_requests_[ring_head_], &flag, &st);
+    if (rc != MPI_SUCCESS && rc != MPI_ERR_IN_STATUS && rc != MPI_ERR_TRUNCATE) check_mpi(rc, "MPI_Test");
+    if (!flag) break;
+    ++received_;
+    int count = 0;
+    MPI_Get_count(&st, MPI_BYTE, &count);
+    // Swap in the spare buffer and repost before delivering, so the slot is ready for the next
+    // frame while this one is handled and nothing a handler throws can leave the ring short.
+    std::swap(ring_buffers_[ring_head_], ring_buffers_[k_ring_slots]);
+    check_mpi(MPI_Irecv(ring_buffers_[ring_head_].get(), static_cast<int>(inline_max_), MPI_BYTE, MPI_ANY_SOURCE,
+                        k_ring_tag, comm_, &ring_requests_[ring_head_]),
+              "MPI_Irecv");
+    ring_head_ = (ring_head_ + 1) % k_ring_slots;
+    ++delivered;
+    if (rc != MPI_SUCCESS) {
+      report_malformed(rank_, st.MPI_SOURCE, "larger than the receive buffer");
+      continue;
+    }
+    deliver(std::span<const std::byte>(ring_buffers_[k_ring_slots].get(), static_cast<std::size_t>(count)),
+            st.MPI_SOURCE);
+  }
+  return delivered;
+}
+
+void transport::deliver(std::span<const std::byte> bytes, int source) {
+  stats::add(stats::counter::frames_received);
+  stats::add(stats::counter::frame_bytes_received, bytes.size());
+  if (bytes.size() < sizeof(frame_header)) return report_malformed(rank_, source, "shorter than a header");
+  frame_header h;
+  std::memcpy(&h, bytes.data(), sizeof h);
+  if (h.magic != k_frame_magic) return report_malformed(rank_, source, "bad magic");
+  if (h.chan == 0 || h.chan > k_channel_max) return report_malformed(rank_, source, "unknown channel");
+  if (h.origin < 0 || h.origin >= size_) return report_malformed(rank_, source, "origin rank out of range");
+  if (std::uint64_t{h.payload_len} + h.cinfo_len + sizeof h != bytes.size())
+    return report_malformed(rank_, source, "lengths do not match the frame size");
+  if (h.chan == static_cast<std::uint8_t>(channel::control)) {
+    if (h.handler != k_op_large) return report_malformed(rank_, source, "unknown control operation");
+    return take_large(bytes.subspan(sizeof h, h.payload_len), source);
+  }
+  const slot& s = handlers_[h.chan];
+  if (s.fn == nullptr) return report_malformed(rank_, source, "no consumer for the channel");
+  inbound_frame f{h, source, bytes.subspan(sizeof h, h.payload_len), bytes.subspan(sizeof h + h.payload_len, h.cinfo_len),
+                  bytes};
+  try {
+    s.fn(s.ctx, f);
+  } catch (const error& e) {
+    if (e.code() == MDSM_ERR_MALFORMED) return report_malformed(rank_, source, e.what());
+    detail::defer_error(e);
+  }
+}
+
+void transport::take_large(std::span<const std::byte> announcement, int source) {
+  byte_reader in(announcement);
+  std::uint64_t len = 0;
+  try {
+    len = in.get<std::uint64_t>();
+    in.expect_done();
+  } catch (const error&) {
+    return report_malformed(rank_, source, "bad large-frame announcement");
+  }
+  if (len <= sizeof(frame_header) || len > k_frame_limit)
+    return report_malformed(rank_, source, "large-frame length out of range");
+  // The body was sent right after the announcement on its own tag; MPI keeps per-sender order
+  // on that tag, so this receive gets exactly this frame's body.
+  std::vector<std::byte> body(len);
+  MPI_Status st;
+  check_mpi(MPI_Recv(body.data(), static_cast<int>(len), MPI_BYTE, source, k_large_tag, comm_, &st), "MPI_Recv");
+  int count = 0;
+  MPI_Get_count(&st, MPI_BYTE, &count);
+  if (static_cast<std::uint64_t>(count) != len) return report_malformed(rank_, source, "large-frame body length");
+  frame_header h;
+  std::memcpy(&h, body.data(), sizeof h);
+  if (h.chan == static_cast<std::uint8_t>(channel::control))
+    return report_malformed(rank_, source, "nested large-frame announcement");
+  deliver(body, source);
+}
+
+}  // namespace mdsm::net

@@ -1,0 +1,124 @@
+// The wire format. Every frame is one MPI message on mdsm's private communicator:
+//
+//   frame_header (24 bytes) | payload (payload_len bytes) | consistency info (cinfo_len bytes)
+//
+// Integers are in the host's byte order (an mdsm job runs one binary on one architecture).
+// `byte_writer` appends; `byte_reader` is the only way received bytes are interpreted, and it
+// checks every read against the end of the buffer, so a malformed frame raises
+// MDSM_ERR_MALFORMED instead of reading out of bounds.
+#pragma once
+
+#include "common/check.hpp"
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <type_traits>
+#include <vector>
+
+namespace mdsm::net {
+
+// Which layer consumes a frame. The transport validates the header; the layer validates the rest.
+enum class channel : std::uint8_t {
+  control = 1,    // transport-internal (large-frame announcements)
+  coherence = 2,  // lib/coherence protocol: diff, page and interval requests and replies
+  messages = 3,   // lib/messages: user active messages with annotations
+};
+inline constexpr std::uint8_t k_channel_max = 3;
+
+inline constexpr std::uint16_t k_frame_magic = 0x4D44;  // "MD"
+
+struct frame_header {
+  std::uint16_t magic;        // k_frame_magic
+  std::uint8_t chan;          // channel
+  std::uint8_t annot;         // annotation (lib/messages); 0 on other channels
+  std::uint32_t handler;      // handler id (lib/messages) or operation code (other channels)
+  std::int32_t origin;        // original sender: survives forwarding
+  std::uint32_t payload_len;  // bytes of payload after the header
+  std::uint32_t cinfo_len;    // bytes of consistency information after the payload
+  std::uint32_t token;        // request/reply matching for protocols that need it; else 0
+};
+static_assert(sizeof(frame_header) == 24 && std::is_trivially_copyable_v<frame_header>);
+
+inline frame_header make_header(channel c, std::uint32_t handler, int origin, std::uint8_t annot = 0,
+                                std::uint32_t token = 0) {
+  return frame_header{k_frame_magic, static_cast<std::uint8_t>(c), annot, handler, origin, 0, 0, token};
+}
+
+class byte_writer {
+ public:
+  template <class T>
+  void put(const T& v) {
+    static_assert(std::is_trivially_copyable_v<T>);
+    const auto* p = reinterpret_cast<const std::byte*>(&v);
+    buf_.insert(buf_.end(), p, p + sizeof(T));
+  }
+  void put_bytes(std::span<const std::byte> bytes) { buf_.insert(buf_.end(), bytes.begin(), bytes.end()); }
+  template <class T>
+  void put_array(std::span<const T> values) {
+    put_bytes(std::as_bytes(values));
+  }
+  // Reserves room for a T to be filled in later (e.g. a count known only at the end).
+  template <class T>
+  std::size_t reserve_slot() {
+    std::size_t at = buf_.size();
+    buf_.resize(at + sizeof(T));
+    return at;
+  }
+  template <class T>
+  void fill_slot(std::size_t at, const T& v) {
+    std::memcpy(buf_.data() + at, &v, sizeof(T));
+  }
+  std::span<const std::byte> bytes() const { return buf_; }
+  std::size_t size() const { return buf_.size(); }
+  void clear() { buf_.clear(); }
+
+ private:
+  std::vector<std::byte> buf_;
+};
+
+class byte_reader {
+ public:
+  explicit byte_reader(std::span<const std::byte> bytes) : bytes_(bytes) {}
+
+  template <class T>
+  T get() {
+    static_assert(std::is_trivially_copyable_v<T>);
+    need(sizeof(T));
+    T v;
+    std::memcpy(&v, bytes_.data() + at_, sizeof(T));
+    at_ += sizeof(T);
+    return v;
+  }
+  // `count` values of T; the count is checked against what is left before anything is allocated.
+  template <class T>
+  void get_array(std::size_t count, std::vector<T>& out) {
+    static_assert(std::is_trivially_copyable_v<T>);
+    if (count > remaining() / sizeof(T)) malformed("array longer than the frame");
+    out.resize(count);
+    std::memcpy(out.data(), bytes_.data() + at_, count * sizeof(T));
+    at_ += count * sizeof(T);
+  }
+  std::span<const std::byte> get_bytes(std::size_t n) {
+    need(n);
+    auto s = bytes_.subspan(at_, n);
+    at_ += n;
+    return s;
+  }
+  std::size_t remaining() const { return bytes_.size() - at_; }
+  bool done() const { return at_ == bytes_.size(); }
+  void expect_done() const {
+    if (!done()) malformed("trailing bytes");
+  }
+  [[noreturn]] static void malformed(const char* why) { detail::fail(MDSM_ERR_MALFORMED, "malformed frame: ", why); }
+
+ private:
+  void need(std::size_t n) const {
+    if (n > remaining()) malformed("field runs past the end of the frame");
+  }
+  std::span<const std::byte> bytes_;
+  std::size_t at_ = 0;
+};
+
+}  // namespace mdsm::net

@@ -1,0 +1,50 @@
+// The virtual-memory seam: the only place mdsm calls mmap, mprotect, madvise and memfd.
+//
+// A coherent region is one memfd (the backing) mapped twice: the *application view* at the
+// address all ranks agreed on, whose per-page protections drive write detection and
+// invalidation, and a *library view* that is always read-write, through which the library
+// reads pages, applies diffs and makes twins without faulting (so the progress thread never
+// takes a fault and never has to change a protection to look at a page).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace mdsm::os {
+
+enum class prot : std::uint8_t { none, read, read_write };
+
+// Base page size of this machine, from hwloc's memory page types (sysconf as a fallback).
+std::size_t page_size();
+
+// Highest address + 1 a user mapping may end at on this machine (x86-64: 2^47).
+std::uintptr_t address_space_end();
+
+// An anonymous shared-memory file of `len` bytes; nothing is committed until touched.
+// Pre: len > 0 and a multiple of page_size(). Throws mdsm::error(MDSM_ERR_OS) on failure.
+int create_backing(std::size_t len, const char* name);
+void close_backing(int fd);
+
+// Maps `len` bytes of `fd` at exactly `addr` with protection `p`, never replacing an existing
+// mapping (MAP_FIXED_NOREPLACE). Returns false if anything is mapped in the range, or the kernel
+// places the mapping elsewhere; throws on any other failure.
+// Pre: addr and len are multiples of page_size().
+bool map_fixed_noreplace(void* addr, std::size_t len, int fd, prot p);
+
+// Maps `len` bytes of `fd` read-write wherever the kernel chooses. Throws on failure.
+void* map_anywhere(std::size_t len, int fd);
+
+// An address where the kernel would place a fresh `len`-byte mapping now (probe, then unmap).
+void* propose_address(std::size_t len);
+
+void unmap(void* addr, std::size_t len);
+
+// Pre: addr and len are multiples of page_size() and lie in one mapping made here.
+// Async-signal-safe (mprotect); aborts the process if the kernel refuses, since a
+// protection we believe in but do not have would corrupt memory silently.
+void protect(void* addr, std::size_t len, prot p);
+
+// Frees the physical memory behind a range of a shared mapping; the next touch reads zeros.
+void discard(void* addr, std::size_t len);
+
+}  // namespace mdsm::os

@@ -1,0 +1,38 @@
+// A first-fit allocator over one address range, with coalescing. Its metadata lives in private
+// memory (never in the region it manages), so allocating never touches coherent pages.
+// Not synchronised; the owner guards it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <optional>
+
+namespace mdsm::regions {
+
+class arena {
+ public:
+  arena(std::uintptr_t begin, std::size_t bytes);
+
+  // An address aligned to `align` (a power of two) with `bytes` free after it, or nullopt.
+  std::optional<std::uintptr_t> allocate(std::size_t bytes, std::size_t align);
+  // The size of the allocation that starts at `addr`, which is now free; nullopt if no
+  // allocation starts there.
+  std::optional<std::size_t> release(std::uintptr_t addr);
+  // The allocation containing `addr`: (start, size), or nullopt.
+  std::optional<std::pair<std::uintptr_t, std::size_t>> find(std::uintptr_t addr) const;
+
+  std::size_t free_bytes() const noexcept { return free_total_; }
+  std::size_t largest_free() const;
+  std::size_t capacity() const noexcept { return bytes_; }
+  std::uintptr_t begin() const noexcept { return begin_; }
+
+ private:
+  std::uintptr_t begin_;
+  std::size_t bytes_;
+  std::size_t free_total_;
+  std::map<std::uintptr_t, std::size_t> free_;  // start -> size, never adjacent
+  std::map<std::uintptr_t, std::size_t> used_;  // start -> size
+};
+
+}  // namespace mdsm::regions

@@ -1,0 +1,127 @@
+// Per-rank statistics. Every layer reports here; the list below is the one place a counter is
+// declared. Counters are relaxed atomics: any thread (application, progress, handler) may add.
+//
+// Kinds: `count` only grows (until reset); `gauge` goes up and down and keeps a peak in the
+// counter declared right after it (named *_peak).
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <string_view>
+
+namespace mdsm::stats {
+
+// X(name, kind, description). Annotation-indexed groups are declared in annotation order
+// (none, request, release, release_nt) so that `by_annotation` can index them.
+#define MDSM_STATS_COUNTERS(X)                                                                   \
+  X(frames_sent, count, "frames sent (every message mdsm put on the wire)")                      \
+  X(frame_bytes_sent, count, "bytes of all frames sent, headers included")                       \
+  X(frames_received, count, "frames received")                                                   \
+  X(frame_bytes_received, count, "bytes of all frames received")                                 \
+  X(frames_malformed, count, "frames dropped because they failed validation")                    \
+  X(large_frames, count, "frames sent through the large-frame path")                             \
+  X(msgs_sent_none, count, "user messages sent, NONE")                                           \
+  X(msgs_sent_request, count, "user messages sent, REQUEST")                                     \
+  X(msgs_sent_release, count, "user messages sent, RELEASE")                                     \
+  X(msgs_sent_release_nt, count, "user messages sent, RELEASE_NT")                               \
+  X(payload_bytes_sent_none, count, "payload bytes sent, NONE")                                  \
+  X(payload_bytes_sent_request, count, "payload bytes sent, REQUEST")                            \
+  X(payload_bytes_sent_release, count, "payload bytes sent, RELEASE")                            \
+  X(payload_bytes_sent_release_nt, count, "payload bytes sent, RELEASE_NT")                      \
+  X(cinfo_bytes_sent_none, count, "consistency-information bytes sent, NONE")                    \
+  X(cinfo_bytes_sent_request, count, "consistency-information bytes sent, REQUEST")              \
+  X(cinfo_bytes_sent_release, count, "consistency-information bytes sent, RELEASE")              \
+  X(cinfo_bytes_sent_release_nt, count, "consistency-information bytes sent, RELEASE_NT")        \
+  X(msgs_received_none, count, "user messages received, NONE")                                   \
+  X(msgs_received_request, count, "user messages received, REQUEST")                            \
+  X(msgs_received_release, count, "user messages received, RELEASE")                            \
+  X(msgs_received_release_nt, count, "user messages received, RELEASE_NT")                       \
+  X(msgs_forwarded, count, "messages forwarded by a handler or from storage")                    \
+  X(msgs_stored, count, "messages stored by a handler")                                          \
+  X(msgs_accepted, count, "RELEASE/RELEASE_NT messages accepted")                                \
+  X(protocol_msgs_sent, count, "coherence protocol messages sent (requests and replies)")        \
+  X(protocol_bytes_sent, count, "coherence protocol bytes sent")                                 \
+  X(handler_ns, count, "time spent running message handlers (ns)")                               \
+  X(wait_ns, count, "time the application waited on remote events (ns)")                        \
+  X(waits, count, "waits on remote events")                                                      \
+  X(intervals_created, count, "intervals closed by this rank")                                   \
+  X(intervals_received, count, "interval records learned from other ranks")                      \
+  X(interval_fetches, count, "fetches of missing interval records")                              \
+  X(write_notices_created, count, "write notices created")                                       \
+  X(write_notices_received, count, "write notices applied (pages invalidated)")                  \
+  X(read_faults, count, "read faults on the coherent region")                                    \
+  X(write_faults, count, "write faults on the coherent region")                                  \
+  X(twins_created, count, "twins created")                                                       \
+  X(diffs_created, count, "diffs created")                                                       \
+  X(diff_bytes_created, count, "bytes of diffs created")                                         \
+  X(diffs_applied, count, "diffs applied")                                                       \
+  X(diff_bytes_applied, count, "bytes of diffs applied")                                         \
+  X(diff_requests, count, "diff requests sent")                                                  \
+  X(page_requests, count, "whole-page requests sent")                                            \
+  X(gc_runs, count, "garbage collections")                                                       \
+  X(gc_freed_bytes, count, "consistency metadata bytes freed by garbage collection")             \
+  X(metadata_bytes, gauge, "consistency metadata held now (intervals, notices, twins, diffs)")   \
+  X(metadata_bytes_peak, count, "peak of metadata_bytes")
+
+enum class counter : unsigned {
+#define MDSM_STATS_ENUM(name, kind, desc) name,
+  MDSM_STATS_COUNTERS(MDSM_STATS_ENUM)
+#undef MDSM_STATS_ENUM
+      count_
+};
+
+inline constexpr unsigned k_counters = static_cast<unsigned>(counter::count_);
+
+// Per-annotation counters: `first` is the NONE entry of a group; annotation values are 0..3.
+inline counter by_annotation(counter first, unsigned annotation) {
+  return static_cast<counter>(static_cast<unsigned>(first) + annotation);
+}
+
+namespace storage {
+extern std::array<std::atomic<std::uint64_t>, k_counters> g_values;
+void raise_peak(counter peak, std::uint64_t v);
+}  // namespace storage
+
+inline void add(counter c, std::uint64_t v = 1) {
+  storage::g_values[static_cast<unsigned>(c)].fetch_add(v, std::memory_order_relaxed);
+}
+
+// For gauges: adjusts the gauge and, on increase, its *_peak companion.
+inline void gauge_add(counter gauge, std::int64_t delta) {
+  auto& g = storage::g_values[static_cast<unsigned>(gauge)];
+  std::uint64_t now = g.fetch_add(static_cast<std::uint64_t>(delta), std::memory_order_relaxed) +
+                      static_cast<std::uint64_t>(delta);
+  if (delta > 0) storage::raise_peak(static_cast<counter>(static_cast<unsigned>(gauge) + 1), now);
+}
+
+inline std::uint64_t get(counter c) {
+  return storage::g_values[static_cast<unsigned>(c)].load(std::memory_order_relaxed);
+}
+
+std::string_view name(counter c);
+std::string_view description(counter c);
+bool is_gauge(counter c);
+
+// Zeroes every counter except gauges (which describe memory held now); peaks restart at the gauge.
+void reset();
+
+// Adds the elapsed time of its scope to a nanosecond counter.
+class scoped_timer {
+ public:
+  explicit scoped_timer(counter c) : c_(c), start_(std::chrono::steady_clock::now()) {}
+  ~scoped_timer() {
+    add(c_, static_cast<std::uint64_t>(
+                std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start_)
+                    .count()));
+  }
+  scoped_timer(const scoped_timer&) = delete;
+  scoped_timer& operator=(const scoped_timer&) = delete;
+
+ private:
+  counter c_;
+  std::chrono::steady_clock::time_point start_;
+};
+
+}  // namespace mdsm::stats

@@ -1,0 +1,555 @@
+// The litmus suite: small multi-rank programs that pin down the memory model of the coherent
+// region (lazy release consistency driven by annotated messages). Each case states what it
+// pins down; all values are asserted.
+#include "support/mailbox.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+
+using mdsm::annotation;
+using namespace mdsm_test;
+
+namespace {
+constexpr int k_words_per_page = 1024;  // 4-byte words in a 4 KiB coherence unit
+}
+
+TEST_CASE("litmus 1: a RELEASE makes the sender's earlier writes visible", "[mpi][litmus][np2+]") {
+  session s;
+  mailbox box("litmus.box");
+  int* a = mdsm::alloc_collective_array<int>(4 * k_words_per_page);
+  if (mdsm::rank() == 0) {
+    for (int i = 0; i < 4 * k_words_per_page; ++i) a[i] = 3 * i + 1;
+    box.send(1, annotation::release);
+  } else if (mdsm::rank() == 1) {
+    box.wait(1);
+    for (int i = 0; i < 4 * k_words_per_page; ++i) REQUIRE(a[i] == 3 * i + 1);
+  }
+  world_barrier();
+}
+
+TEST_CASE("litmus 2: a NONE message carries no writes", "[mpi][litmus][np2+]") {
+  session s;
+  mailbox box("litmus.box");
+  int* x = mdsm::alloc_collective_array<int>(1);
+  if (mdsm::rank() == 1) CHECK(*x == 0);  // rank 1 now holds a valid copy
+  world_barrier();
+  if (mdsm::rank() == 0) {
+    *x = 1;
+    box.send(1, annotation::none);
+    box.wait(1, 1);
+    box.send(1, annotation::release);
+  } else if (mdsm::rank() == 1) {
+    box.wait(1, 0);
+    CHECK(*x == 0);  // the NONE did not invalidate the page
+    box.send(0, annotation::none);
+    box.wait(2, 0);
+    CHECK(*x == 1);  // the RELEASE did
+  }
+  world_barrier();
+}
+
+TEST_CASE("litmus 3: a REQUEST carries no writes", "[mpi][litmus][np2+]") {
+  session s;
+  mailbox box("litmus.box");
+  int* x = mdsm::alloc_collective_array<int>(1);
+  if (mdsm::rank() == 1) CHECK(*x == 0);
+  world_barrier();
+  if (mdsm::rank() == 0) {
+    *x = 1;
+    box.send(1, annotation::request);
+    box.wait(1, 1);
+    box.send(1, annotation::release_nt);
+  } else if (mdsm::rank() == 1) {
+    box.wait(1, 0);
+    CHECK(*x == 0);
+    box.send(0, annotation::none);
+    box.wait(2, 0);
+    CHECK(*x == 1);
+  }
+  world_barrier();
+}
+
+TEST_CASE("litmus 4: visibility is transitive through a chain of RELEASEs", "[mpi][litmus][np3+]") {
+  MDSM_NEED_RANKS(3);
+  session s;
+  mailbox box("litmus.box");
+  const int me = mdsm::rank(), n = mdsm::size();
+  int* a = mdsm::alloc_collective_array<int>(static_cast<std::size_t>(n) * k_words_per_page);
+  // Rank r writes its own page, then passes a RELEASE to r+1; no rank in the middle reads.
+  if (me > 0) box.wait(1, me - 1);
+  a[me * k_words_per_page + me] = 100 + me;
+  if (me < n - 1) {
+    box.send(me + 1, annotation::release);
+  } else {
+    for (int r = 0; r < n; ++r) CHECK(a[r * k_words_per_page + r] == 100 + r);
+  }
+  world_barrier();
+}
+
+TEST_CASE("litmus 5: transitivity also covers a write the middle rank never saw", "[mpi][litmus][np3+]") {
+  MDSM_NEED_RANKS(3);
+  session s;
+  mailbox box("litmus.box");
+  int* a = mdsm::alloc_collective_array<int>(2 * k_words_per_page);
+  if (mdsm::rank() == 0) {
+    a[0] = 11;  // same page the middle rank writes, other word
+    box.send(1, annotation::release);
+  } else if (mdsm::rank() == 1) {
+    box.wait(1);
+    a[1] = 22;
+    a[k_words_per_page] = 33;
+    box.send(2, annotation::release);
+  } else if (mdsm::rank() == 2) {
+    box.wait(1);
+    CHECK(a[0] == 11);
+    CHECK(a[1] == 22);
+    CHECK(a[k_words_per_page] == 33);
+  }
+  world_barrier();
+}
+
+namespace {
+// Rank 0 writes a, passes a RELEASE to 1; rank 1 writes b and passes a RELEASE_NT to 2, which
+// therefore lacks rank 0's interval: it must notice and fetch it.
+void release_nt_gap(bool accept_in_handler) {
+  session s;
+  mailbox box("litmus.box", accept_in_handler);
+  int* a = mdsm::alloc_collective_array<int>(2 * k_words_per_page);
+  const int me = mdsm::rank();
+  if (me == 0) {
+    a[5] = 55;
+    box.send(1, annotation::release);
+  } else if (me == 1) {
+    box.wait(1);
+    if (!accept_in_handler) box.accept_stored();
+    a[k_words_per_page + 6] = 66;
+    box.send(2, annotation::release_nt);
+  } else if (me == 2) {
+    box.wait(1);
+    if (!accept_in_handler) box.accept_stored();
+    CHECK(stat("interval_fetches") == 1);
+    CHECK(a[5] == 55);
+    CHECK(a[k_words_per_page + 6] == 66);
+  }
+  world_barrier();
+}
+}  // namespace
+
+TEST_CASE("litmus 6: RELEASE_NT omits third-party intervals; the receiver detects the gap and fetches it",
+          "[mpi][litmus][np3+]") {
+  MDSM_NEED_RANKS(3);
+  release_nt_gap(true);
+}
+
+TEST_CASE("litmus 7: the same, with the message stored and accepted from the application thread",
+          "[mpi][litmus][np3+]") {
+  MDSM_NEED_RANKS(3);
+  release_nt_gap(false);
+}
+
+TEST_CASE("litmus 8: RELEASE_NT with nothing missing needs no fetch", "[mpi][litmus][np2+]") {
+  session s;
+  mailbox box("litmus.box");
+  int* a = mdsm::alloc_collective_array<int>(k_words_per_page);
+  if (mdsm::rank() == 0) {
+    a[3] = 7;
+    box.send(1, annotation::release_nt);
+  } else if (mdsm::rank() == 1) {
+    box.wait(1);
+    CHECK(a[3] == 7);
+    CHECK(stat("interval_fetches") == 0);
+  }
+  world_barrier();
+}
+
+TEST_CASE("litmus 9: a RELEASE stored by a manager and forwarded later makes the consumer consistent with "
+          "the producer and not with the manager",
+          "[mpi][litmus][np3+]") {
+  MDSM_NEED_RANKS(3);
+  session s;
+  const int me = mdsm::rank();
+  int* producer_data = mdsm::alloc_collective_array<int>(k_words_per_page);
+  int* manager_data = mdsm::alloc_collective_array<int>(k_words_per_page);
+  std::mutex mu;
+  std::vector<mdsm::stored_message> held;
+  std::atomic<int> held_count{0};
+  mailbox consumer_box("litmus.consumer");
+  // The queue handler: the manager (rank 1) stores, never accepts.
+  auto queue = mdsm::register_handler("litmus.queue", [&](mdsm::message& m) {
+    std::lock_guard lk(mu);
+    held.push_back(m.store());
+    ++held_count;
+  });
+  // The forwarded message reaches the consumer's handler for the same id: make rank 2's copy of
+  // that handler accept. Rank 2 receives only forwarded messages on it.
+  if (me == 2) CHECK(manager_data[0] == 0);  // consumer holds a valid copy of the manager's page
+  world_barrier();
+  if (me == 0) {
+    producer_data[0] = 5;
+    mdsm::send_value(1, queue, 1, annotation::release);
+  } else if (me == 1) {
+    mdsm::wait_until([&] { return held_count.load() == 1; });
+    manager_data[0] = 7;  // the manager's own interval
+    std::lock_guard lk(mu);
+    held.back().forward(2);
+  } else if (me == 2) {
+    mdsm::wait_until([&] { return held_count.load() == 1; });
+    std::lock_guard lk(mu);
+    CHECK(held.back().origin() == 0);
+    CHECK(held.back().source() == 1);
+    held.back().accept();
+    CHECK(producer_data[0] == 5);   // consistent with the producer
+    CHECK(manager_data[0] == 0);    // not with the manager
+  }
+  world_barrier();
+  if (me == 1) consumer_box.send(2, annotation::release);
+  if (me == 2) {
+    consumer_box.wait(1);
+    CHECK(manager_data[0] == 7);  // a RELEASE from the manager itself does carry its write
+  }
+  world_barrier();
+  std::lock_guard lk(mu);
+  held.clear();
+}
+
+TEST_CASE("litmus 10: a forwarded RELEASE tailored for another rank still makes the final receiver consistent",
+          "[mpi][litmus][np3+]") {
+  MDSM_NEED_RANKS(3);
+  session s;
+  const int me = mdsm::rank();
+  int* a = mdsm::alloc_collective_array<int>(2 * k_words_per_page);
+  mailbox box("litmus.box");
+  std::atomic<int> relayed{0};
+  // Rank 1 accepts the first message itself and forwards the second to rank 2.
+  auto relay = mdsm::register_handler("litmus.relay", [&](mdsm::message& m) {
+    if (mdsm::rank() == 1 && m.as<long>() == 2) m.forward(2);
+    else m.accept();
+    ++relayed;
+  });
+  if (me == 0) {
+    a[0] = 1;
+    mdsm::send_value(1, relay, 1L, annotation::release);  // rank 1 accepts: it now knows interval 1
+    a[k_words_per_page] = 2;
+    mdsm::send_value(1, relay, 2L, annotation::release);  // carries only interval 2
+  } else if (me == 2) {
+    mdsm::wait_until([&] { return relayed.load() == 1; });
+    CHECK(a[0] == 1);                   // from the interval the forwarded message did not carry
+    CHECK(a[k_words_per_page] == 2);
+    CHECK(stat("interval_fetches") == 1);
+  }
+  world_barrier();
+}
+
+TEST_CASE("litmus 11: two writers of one page merge (false sharing)", "[mpi][litmus][np2+]") {
+  session s;
+  mailbox box("litmus.box");
+  const int me = mdsm::rank();
+  int* a = mdsm::alloc_collective_array<int>(k_words_per_page);
+  if (me < 2) {
+    for (int w = me; w < k_words_per_page; w += 2) a[w] = 1000 * (me + 1) + w;
+    box.send(1 - me, annotation::release);
+    box.wait(1, 1 - me);
+    for (int w = 0; w < k_words_per_page; ++w) REQUIRE(a[w] == 1000 * (w % 2 + 1) + w);
+  }
+  world_barrier();
+}
+
+TEST_CASE("litmus 12: every rank writes its own words of one page; all see all", "[mpi][litmus][np3+]") {
+  MDSM_NEED_RANKS(3);
+  session s;
+  mailbox box("litmus.box");
+  const int me = mdsm::rank(), n = mdsm::size();
+  int* a = mdsm::alloc_collective_array<int>(k_words_per_page);
+  for (int w = me; w < k_words_per_page; w += n) a[w] = 7 * w + me;
+  for (int r = 0; r < n; ++r)
+    if (r != me) box.send(r, annotation::release);
+  for (int r = 0; r < n; ++r)
+    if (r != me) box.wait(1, r);
+  for (int w = 0; w < k_words_per_page; ++w) REQUIRE(a[w] == 7 * w + w % n);
+  world_barrier();
+}
+
+TEST_CASE("litmus 13: three writers of one page, gathered by one reader", "[mpi][litmus][np3+]") {
+  MDSM_NEED_RANKS(3);
+  session s;
+  mailbox box("litmus.box");
+  const int me = mdsm::rank();
+  int* a = mdsm::alloc_collective_array<int>(k_words_per_page);
+  if (me < 3) {
+    for (int w = me; w < k_words_per_page; w += 3) a[w] = -w - 1;
+    if (me != 0) box.send(0, annotation::release);
+  }
+  if (me == 0) {
+    box.wait(2);  // one RELEASE from rank 1 and one from rank 2
+    for (int w = 0; w < k_words_per_page; ++w) REQUIRE(a[w] == -w - 1);
+    CHECK(stat("diff_requests") == 2);  // one request per writer, sent in parallel
+  }
+  world_barrier();
+}
+
+TEST_CASE("litmus 14: a diff requested while the writer keeps writing other words", "[mpi][litmus][np2+]") {
+  session s;
+  mailbox box("litmus.box");
+  std::atomic<bool> stop{false};
+  auto stop_h = mdsm::register_handler("litmus.stop", [&](mdsm::message&) { stop = true; });
+  int* a = mdsm::alloc_collective_array<int>(k_words_per_page);
+  if (mdsm::rank() == 0) {
+    a[0] = 42;
+    box.send(1, annotation::release);
+    // Keep writing another word of the same page while rank 1 fetches the diff; the progress
+    // thread write-protects the page to take the diff, so some of these writes fault.
+    int i = 0;
+    while (!stop.load()) a[1] = ++i;
+    a[1] = -1;
+    a[2] = 43;
+    box.send(1, annotation::release);
+  } else if (mdsm::rank() == 1) {
+    box.wait(1);
+    CHECK(a[0] == 42);
+    mdsm::send_value(0, stop_h, 0, annotation::none);
+    box.wait(2);
+    CHECK(a[0] == 42);
+    CHECK(a[1] == -1);
+    CHECK(a[2] == 43);
+  }
+  world_barrier();
+}
+
+TEST_CASE("litmus 15: diffs are applied in happened-before order", "[mpi][litmus][np3+]") {
+  MDSM_NEED_RANKS(3);
+  session s;
+  mailbox box("litmus.box");
+  const int me = mdsm::rank();
+  int* a = mdsm::alloc_collective_array<int>(k_words_per_page);
+  if (me == 2) CHECK(a[0] == 0);  // rank 2 holds a copy, so it will apply both diffs itself
+  world_barrier();
+  if (me == 0) {
+    for (int w = 0; w < 64; ++w) a[w] = 1;
+    box.send(1, annotation::release);
+    box.send(2, annotation::release);
+  } else if (me == 1) {
+    box.wait(1);
+    for (int w = 0; w < 64; w += 2) a[w] = 2;  // overwrites half of rank 0's words
+    box.send(2, annotation::release);
+  } else if (me == 2) {
+    box.wait(2);
+    for (int w = 0; w < 64; ++w) REQUIRE(a[w] == (w % 2 == 0 ? 2 : 1));
+  }
+  world_barrier();
+}
+
+TEST_CASE("litmus 16: a rank's own writes survive another writer's diff on the same page", "[mpi][litmus][np2+]") {
+  session s;
+  mailbox box("litmus.box");
+  int* a = mdsm::alloc_collective_array<int>(k_words_per_page);
+  const int me = mdsm::rank();
+  if (me == 0) {
+    a[10] = 10;  // twin made; not yet released
+    box.wait(1, 1);
+    CHECK(a[20] == 20);  // fetch applies rank 1's diff on top of our unreleased write
+    CHECK(a[10] == 10);
+    a[11] = 11;
+    box.send(1, annotation::release);
+  } else if (me == 1) {
+    a[20] = 20;
+    box.send(0, annotation::release);
+    box.wait(1, 0);
+    CHECK(a[10] == 10);
+    CHECK(a[11] == 11);
+    CHECK(a[20] == 20);
+  }
+  world_barrier();
+}
+
+TEST_CASE("litmus 17: a rank with no copy fetches the whole page from its home", "[mpi][litmus][np2+]") {
+  session s;
+  std::atomic<long> got{0};
+  auto h = mdsm::register_handler("litmus.pointer", [&](mdsm::message& m) {
+    got = m.as<long>();
+    m.accept();
+  });
+  if (mdsm::rank() == 0) {
+    auto* p = mdsm::alloc_array<int>(3 * k_words_per_page);  // rank 0's own arena: unique address
+    for (int i = 0; i < 3 * k_words_per_page; ++i) p[i] = i ^ 0x5a5a;
+    mdsm::send_value(1, h, reinterpret_cast<long>(p), annotation::release);
+  } else if (mdsm::rank() == 1) {
+    mdsm::wait_until([&] { return got.load() != 0; });
+    auto* p = reinterpret_cast<int*>(got.load());
+    CHECK(mdsm::is_coherent(p));
+    for (int i = 0; i < 3 * k_words_per_page; ++i) REQUIRE(p[i] == (i ^ 0x5a5a));
+    CHECK(stat("page_requests") >= 3);
+  }
+  world_barrier();
+}
+
+TEST_CASE("litmus 18: several intervals without requests are served by one lazy diff", "[mpi][litmus][np2+]") {
+  session s;
+  mailbox box("litmus.box");
+  int* a = mdsm::alloc_collective_array<int>(k_words_per_page);
+  if (mdsm::rank() == 0) {
+    for (int k = 0; k < 3; ++k) {
+      a[k] = k + 1;
+      box.send(1, annotation::release);
+    }
+  } else if (mdsm::rank() == 1) {
+    box.wait(3);
+    for (int k = 0; k < 3; ++k) CHECK(a[k] == k + 1);
+    CHECK(stat("diff_requests") == 1);
+  }
+  world_barrier();
+  if (mdsm::rank() == 0) CHECK(stat("diffs_created") == 1);
+  world_barrier();
+}
+
+TEST_CASE("litmus 19: one interval writing many pages", "[mpi][litmus][np2+]") {
+  session s;
+  mailbox box("litmus.box");
+  const int pages = 64;
+  int* a = mdsm::alloc_collective_array<int>(static_cast<std::size_t>(pages) * k_words_per_page);
+  if (mdsm::rank() == 0) {
+    for (int p = 0; p < pages; ++p) a[p * k_words_per_page + p] = p + 1;
+    box.send(1, annotation::release);
+  } else if (mdsm::rank() == 1) {
+    box.wait(1);
+    for (int p = 0; p < pages; ++p) REQUIRE(a[p * k_words_per_page + p] == p + 1);
+    CHECK(stat("write_notices_received") == static_cast<std::uint64_t>(pages));
+  }
+  world_barrier();
+}
+
+TEST_CASE("litmus 20: a write to an invalidated page fetches before it makes a twin", "[mpi][litmus][np2+]") {
+  session s;
+  mailbox box("litmus.box");
+  int* a = mdsm::alloc_collective_array<int>(k_words_per_page);
+  if (mdsm::rank() == 1) CHECK(a[0] == 0);
+  world_barrier();
+  if (mdsm::rank() == 0) {
+    a[0] = 5;
+    box.send(1, annotation::release);
+    box.wait(1, 1);
+    CHECK(a[0] == 5);
+    CHECK(a[1] == 6);
+  } else if (mdsm::rank() == 1) {
+    box.wait(1, 0);
+    a[1] = 6;  // first access after the invalidation is a write
+    CHECK(a[0] == 5);
+    box.send(0, annotation::release);
+  }
+  world_barrier();
+}
+
+TEST_CASE("litmus 21: a counter passed back and forth by RELEASE ends exact", "[mpi][litmus][np2+]") {
+  session s;
+  mailbox box("litmus.box");
+  const int me = mdsm::rank(), n = mdsm::size();
+  long* counter = mdsm::alloc_collective_array<long>(1);
+  const int rounds = 200;
+  // A token travels around the ring of ranks; each holder increments the counter.
+  for (int k = 0; k < rounds; ++k) {
+    if (!(me == 0 && k == 0)) box.wait(me == 0 ? k : k + 1);
+    ++*counter;
+    box.send((me + 1) % n, annotation::release);
+  }
+  if (me == 0) {
+    box.wait(rounds);
+    CHECK(*counter == static_cast<long>(rounds) * n);
+  }
+  world_barrier();
+}
+
+TEST_CASE("litmus 22: objects spanning several units of a multi-page coherence unit", "[mpi][litmus][np2+]") {
+  mdsm::options opts;
+  opts.unit_pages = 4;
+  session s(opts);
+  mailbox box("litmus.box");
+  struct particle {
+    double x, y, z;
+    int id;
+  };
+  const int count = 3000;  // ~96 KiB: six 16 KiB units
+  auto* ps = mdsm::alloc_collective_array<particle>(count);
+  if (mdsm::rank() == 0) {
+    for (int i = 0; i < count; ++i) ps[i] = particle{i * 0.5, i * 1.5, -i * 2.0, i};
+    box.send(1, annotation::release);
+  } else if (mdsm::rank() == 1) {
+    box.wait(1);
+    for (int i = 0; i < count; ++i) {
+      REQUIRE(ps[i].id == i);
+      REQUIRE(ps[i].z == -i * 2.0);
+    }
+    CHECK(stat("diff_requests") <= 6);
+  }
+  world_barrier();
+}
+
+TEST_CASE("litmus 23: garbage collection keeps values; copies dropped by it are fetched again",
+          "[mpi][litmus][np2+]") {
+  session s;
+  mailbox box("litmus.box");
+  const int me = mdsm::rank(), n = mdsm::size();
+  int* a = mdsm::alloc_collective_array<int>(static_cast<std::size_t>(n) * k_words_per_page);
+  // Everyone writes its own page and tells everyone; nobody reads, so every non-home copy keeps
+  // pending notices until the collection drops it.
+  a[me * k_words_per_page] = me + 1;
+  for (int r = 0; r < n; ++r)
+    if (r != me) box.send(r, annotation::release);
+  box.wait(n - 1);
+  mdsm::gc();
+  CHECK(stat("gc_runs") == 1);
+  for (int r = 0; r < n; ++r) CHECK(a[r * k_words_per_page] == r + 1);
+  // After the collection the protocol goes on as before.
+  world_barrier();
+  a[me * k_words_per_page + 1] = 10 * (me + 1);
+  for (int r = 0; r < n; ++r)
+    if (r != me) box.send(r, annotation::release);
+  box.wait(2 * (n - 1));
+  for (int r = 0; r < n; ++r) CHECK(a[r * k_words_per_page + 1] == 10 * (r + 1));
+  world_barrier();
+}
+
+TEST_CASE("litmus 24: collective allocations agree on addresses, non-collective ones are unique",
+          "[mpi][litmus][np2+]") {
+  session s;
+  void* c = mdsm::alloc_collective(1000);
+  long lo = 0, hi = 0, addr = reinterpret_cast<long>(c);
+  MPI_Allreduce(&addr, &lo, 1, MPI_LONG, MPI_MIN, MPI_COMM_WORLD);
+  MPI_Allreduce(&addr, &hi, 1, MPI_LONG, MPI_MAX, MPI_COMM_WORLD);
+  CHECK(lo == hi);
+  std::vector<long> mine;
+  for (int i = 0; i < 50; ++i) mine.push_back(reinterpret_cast<long>(mdsm::alloc(64 + 8 * i)));
+  std::vector<long> all(mine.size() * static_cast<std::size_t>(mdsm::size()));
+  MPI_Allgather(mine.data(), static_cast<int>(mine.size()), MPI_LONG, all.data(), static_cast<int>(mine.size()),
+                MPI_LONG, MPI_COMM_WORLD);
+  std::sort(all.begin(), all.end());
+  CHECK(std::adjacent_find(all.begin(), all.end()) == all.end());
+  for (long p : mine) mdsm::free(reinterpret_cast<void*>(p));
+  mdsm::free_collective(c);
+  world_barrier();
+}
+
+TEST_CASE("litmus 25: a pointer to another rank's allocation is freed by its owner", "[mpi][litmus][np2+]") {
+  session s;
+  std::atomic<long> got{0};
+  auto h = mdsm::register_handler("litmus.pointer", [&](mdsm::message& m) {
+    got = m.as<long>();
+    m.accept();
+  });
+  if (mdsm::rank() == 0) {
+    auto* p = mdsm::alloc_array<long>(10);
+    p[9] = 99;
+    mdsm::send_value(1, h, reinterpret_cast<long>(p), annotation::release);
+  } else if (mdsm::rank() == 1) {
+    mdsm::wait_until([&] { return got.load() != 0; });
+    auto* p = reinterpret_cast<long*>(got.load());
+    CHECK(p[9] == 99);
+    mdsm::free(p);
+    try {
+      mdsm::free(p);  // the owner knows it is gone
+      FAIL("double free was accepted");
+    } catch (const mdsm::error& e) {
+      CHECK(e.code() == MDSM_ERR_INVALID_ARGUMENT);
+    }
+  }
+  world_barrier();
+}

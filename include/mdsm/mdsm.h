@@ -96,6 +96,44 @@ mdsm_status mdsm_free_collective(void* ptr);
 int mdsm_is_coherent(const void* ptr);
 mdsm_status mdsm_gc(void); /* collective */
 
+/* ---- coordination (see mdsm.hpp for the semantics) ------------------------------------------
+ * Create and destroy collectively (every rank, same order). manager < 0: the default manager. */
+
+typedef struct mdsm_mutex mdsm_mutex;
+mdsm_status mdsm_mutex_create(int manager, mdsm_mutex** mutex);
+mdsm_status mdsm_mutex_lock(mdsm_mutex* mutex);
+mdsm_status mdsm_mutex_trylock(mdsm_mutex* mutex, int* acquired);
+mdsm_status mdsm_mutex_unlock(mdsm_mutex* mutex);
+mdsm_status mdsm_mutex_destroy(mdsm_mutex* mutex);
+
+typedef struct mdsm_semaphore mdsm_semaphore;
+mdsm_status mdsm_semaphore_create(long initial, int manager, mdsm_semaphore** sem);
+mdsm_status mdsm_semaphore_acquire(mdsm_semaphore* sem);
+mdsm_status mdsm_semaphore_tryacquire(mdsm_semaphore* sem, int* acquired);
+mdsm_status mdsm_semaphore_release(mdsm_semaphore* sem, long n);
+mdsm_status mdsm_semaphore_destroy(mdsm_semaphore* sem);
+
+typedef struct mdsm_cond mdsm_cond;
+mdsm_status mdsm_cond_create(int manager, mdsm_cond** cond);
+mdsm_status mdsm_cond_wait(mdsm_cond* cond, mdsm_mutex* mutex);
+mdsm_status mdsm_cond_signal(mdsm_cond* cond);
+mdsm_status mdsm_cond_broadcast(mdsm_cond* cond);
+mdsm_status mdsm_cond_destroy(mdsm_cond* cond);
+
+typedef struct mdsm_barrier mdsm_barrier;
+/* participants == NULL: all ranks. */
+mdsm_status mdsm_barrier_create(const int* participants, int count, mdsm_barrier** barrier);
+mdsm_status mdsm_barrier_wait(mdsm_barrier* barrier);
+mdsm_status mdsm_barrier_destroy(mdsm_barrier* barrier);
+
+typedef struct mdsm_queue mdsm_queue;
+mdsm_status mdsm_queue_create(int lifo, int manager, mdsm_queue** queue);
+mdsm_status mdsm_queue_push(mdsm_queue* queue, const void* item, size_t len);
+/* Copies the next item into buf (capacity cap) and sets *len; *got = 0 once terminated.
+ * MDSM_ERR_INVALID_ARGUMENT if the item does not fit (it stays first in line for this rank). */
+mdsm_status mdsm_queue_pop(mdsm_queue* queue, void* buf, size_t cap, size_t* len, int* got);
+mdsm_status mdsm_queue_destroy(mdsm_queue* queue);
+
 /* ---- statistics ----------------------------------------------------------------------------- */
 
 size_t mdsm_stat_count(void);

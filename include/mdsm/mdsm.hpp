@@ -26,10 +26,13 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
 #include <type_traits>
+#include <vector>
 
 namespace mdsm {
 
@@ -212,6 +215,138 @@ T* alloc_collective_array(std::size_t n) {
 
 // Collective garbage collection of consistency metadata (also a global barrier).
 void gc();
+
+// ---- coordination (lib/sync) ------------------------------------------------------------
+//
+// Drop-in primitives built only from annotated messages (users can build their own the same
+// way). Lifetime: every object is created collectively — all ranks construct it, in the same
+// order relative to other mdsm objects — and destroyed collectively once unused. Each object
+// has a manager rank (its id modulo the number of ranks, unless given). Blocking operations
+// drive progress while they wait; none may be called from a message handler.
+
+// A distributed queue lock (TreadMarks/CarlOS): acquire sends a REQUEST to the manager, which
+// forwards it to the last requester; the lock is granted with a RELEASE tailored to the
+// requester's vector time, so acquiring makes the previous holders' writes visible. Releasing
+// sends nothing unless someone is waiting. Meets the standard Lockable requirements
+// (std::lock_guard, std::unique_lock, std::scoped_lock work with it).
+class mutex {
+ public:
+  mutex();  // collective
+  explicit mutex(int manager);
+  ~mutex();  // collective; reports MDSM_ERR_BUSY if held or waited on
+  mutex(const mutex&) = delete;
+  mutex& operator=(const mutex&) = delete;
+  void lock();
+  bool try_lock();  // true if acquired without waiting for a remote holder
+  void unlock();    // throws MDSM_ERR_NOT_HELD if this rank does not hold it
+  bool held() const;
+  std::uint32_t id() const noexcept { return id_; }
+
+ private:
+  std::uint32_t id_;
+};
+
+// A counting semaphore: release() is a RELEASE to the manager, which hands it to a waiting
+// acquire() (so the acquirer sees the releaser's writes); permits given at creation carry none.
+class semaphore {
+ public:
+  explicit semaphore(long initial = 0, int manager = -1);  // collective
+  ~semaphore();
+  semaphore(const semaphore&) = delete;
+  semaphore& operator=(const semaphore&) = delete;
+  void acquire();
+  bool try_acquire();
+  void release(long n = 1);
+  std::uint32_t id() const noexcept { return id_; }
+
+ private:
+  std::uint32_t id_;
+};
+
+// A condition variable used with an mdsm::mutex (Mesa semantics: re-check the condition).
+// Waiting without holding the mutex throws MDSM_ERR_NOT_HELD.
+class condition_variable {
+ public:
+  condition_variable();  // collective
+  explicit condition_variable(int manager);
+  ~condition_variable();
+  condition_variable(const condition_variable&) = delete;
+  condition_variable& operator=(const condition_variable&) = delete;
+  void wait(mutex& m);
+  template <class Pred>
+  void wait(mutex& m, Pred pred) {
+    while (!pred()) wait(m);
+  }
+  void wait(std::unique_lock<mutex>& lk) { wait(*lk.mutex()); }
+  template <class Pred>
+  void wait(std::unique_lock<mutex>& lk, Pred pred) {
+    while (!pred()) wait(lk);
+  }
+  void notify_one();
+  void notify_all();
+  std::uint32_t id() const noexcept { return id_; }
+
+ private:
+  std::uint32_t id_;
+};
+
+// A barrier: arrivals are RELEASE_NT messages to the manager, which accepts them together;
+// departures are RELEASE messages tailored to each participant. After it, every participant
+// sees every participant's writes made before arriving. A global barrier is also where
+// garbage collection runs when consistency metadata exceeds MDSM_GC_THRESHOLD.
+class barrier {
+ public:
+  barrier();  // collective; all ranks participate
+  // Collective over all ranks; only `participants` call arrive_and_wait (MDSM_ERR_MISMATCH if
+  // ranks pass different lists). The manager is the first participant.
+  explicit barrier(std::span<const int> participants);
+  ~barrier();
+  barrier(const barrier&) = delete;
+  barrier& operator=(const barrier&) = delete;
+  // MDSM_ERR_INVALID_ARGUMENT if this rank is not a participant.
+  void arrive_and_wait();
+  std::uint32_t id() const noexcept { return id_; }
+
+ private:
+  std::uint32_t id_;
+};
+
+// A work queue (FIFO) or work stack (LIFO) kept by a manager that only stores and forwards
+// RELEASE messages and never accepts them: a consumer becomes consistent with the producer of
+// the item it gets, not with the manager. push() is asynchronous. pop() blocks until an item
+// arrives, or returns nothing once every participant is waiting on the empty queue
+// (termination detection).
+class work_queue {
+ public:
+  enum class order { fifo, lifo };
+  explicit work_queue(order o = order::fifo, int manager = -1);  // collective; all ranks participate
+  ~work_queue();
+  work_queue(const work_queue&) = delete;
+  work_queue& operator=(const work_queue&) = delete;
+  void push(std::span<const std::byte> item);
+  template <class T>
+  void push_value(const T& v) {
+    static_assert(std::is_trivially_copyable_v<T>);
+    push(std::as_bytes(std::span<const T, 1>(&v, 1)));
+  }
+  // The next item, or nullopt when the computation has terminated.
+  std::optional<std::vector<std::byte>> pop();
+  template <class T>
+  std::optional<T> pop_value() {
+    static_assert(std::is_trivially_copyable_v<T>);
+    auto item = pop();
+    if (!item) return std::nullopt;
+    check_item_size(item->size(), sizeof(T));
+    T v;
+    std::memcpy(&v, item->data(), sizeof(T));
+    return v;
+  }
+  std::uint32_t id() const noexcept { return id_; }
+
+ private:
+  void check_item_size(std::size_t got, std::size_t want) const;
+  std::uint32_t id_;
+};
 
 // ---- statistics ----------------------------------------------------------------------------------
 

@@ -172,10 +172,17 @@ class stored_message {
 
  private:
   friend class message;
+  friend void accept_all(std::span<stored_message>);
   explicit stored_message(std::unique_ptr<detail::stored> s) noexcept;
   void check_size(std::size_t n) const;
   std::unique_ptr<detail::stored> s_;
 };
+
+// Accepts several stored messages as one acquire: the consistency information they carry is
+// pooled, so nothing one of them brings is fetched for another (a barrier manager accepts all
+// arrivals this way). Returns once complete (from a handler: starts it). Every element must be a
+// stored, undisposed message; the call is all-or-nothing with respect to these checks.
+void accept_all(std::span<stored_message> messages);
 
 // ---- waiting ---------------------------------------------------------------------------------
 

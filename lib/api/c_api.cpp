@@ -1,5 +1,6 @@
 // The C API: each function calls the C++ API and turns mdsm::error into a status code (and the
 // thread's last-error message). Nothing may throw across this boundary.
+#include "api/c_guard.hpp"
 #include "stats/counters.hpp"
 
 #include <mdsm/mdsm.h>
@@ -8,31 +9,17 @@
 #include <cstring>
 #include <string>
 
+namespace mdsm::capi {
+std::string& last_error() {
+  thread_local std::string message;
+  return message;
+}
+}  // namespace mdsm::capi
+
 namespace {
 
-thread_local std::string t_last_error;
-
-template <class F>
-mdsm_status guarded(F&& f) noexcept {
-  try {
-    f();
-    return MDSM_SUCCESS;
-  } catch (const mdsm::error& e) {
-    t_last_error = e.what();
-    return e.code();
-  } catch (const std::bad_alloc&) {
-    t_last_error = "mdsm: out of memory";
-    return MDSM_ERR_OUT_OF_MEMORY;
-  } catch (const std::exception& e) {
-    t_last_error = std::string("mdsm: ") + e.what();
-    return MDSM_ERR_INTERNAL;
-  }
-}
-
-mdsm_status null_arg(const char* what) {
-  t_last_error = std::string("mdsm: ") + what + " must not be NULL";
-  return MDSM_ERR_INVALID_ARGUMENT;
-}
+using mdsm::capi::guarded;
+using mdsm::capi::null_arg;
 
 mdsm::options to_options(const mdsm_options* o) {
   mdsm::options opts;
@@ -81,7 +68,7 @@ mdsm_status mdsm_size(int* size) {
   return guarded([&] { *size = mdsm::size(); });
 }
 
-const char* mdsm_last_error(void) { return t_last_error.c_str(); }
+const char* mdsm_last_error(void) { return mdsm::capi::last_error().c_str(); }
 
 mdsm_status mdsm_register_handler(const char* name, mdsm_handler_fn fn, void* context, mdsm_handler_id* id) {
   if (name == nullptr) return null_arg("name");

@@ -30,6 +30,8 @@ void wait_request(net::progress& p, MPI_Request& req) {
 }  // namespace
 
 runtime::~runtime() {
+  sync::set_current(nullptr);
+  sync.reset();
   messages::set_current(nullptr);
   if (progress) progress->stop_thread();
   allocator.reset();
@@ -102,6 +104,14 @@ void init(MPI_Comm comm, const options& opts) {
   r->allocator = std::make_unique<regions::coherent_allocator>(*r->engine, *r->endpoint);
   r->progress->start_thread();
   detail::g_runtime = std::move(r);
+  // lib/sync registers its handlers through the public API, so it comes up last.
+  try {
+    detail::g_runtime->sync = std::make_unique<sync::services>(comm);
+  } catch (...) {
+    detail::g_runtime.reset();
+    throw;
+  }
+  sync::set_current(detail::g_runtime->sync.get());
 }
 
 void init(int* argc, char*** argv, const options& opts) {

@@ -7,6 +7,7 @@
 #include "net/progress.hpp"
 #include "net/transport.hpp"
 #include "regions/coherent_allocator.hpp"
+#include "sync/services.hpp"
 
 #include <memory>
 #include <string>
@@ -21,6 +22,7 @@ struct runtime {
   std::unique_ptr<coherence::engine> engine;
   std::unique_ptr<messages::endpoint> endpoint;
   std::unique_ptr<regions::coherent_allocator> allocator;
+  std::unique_ptr<sync::services> sync;  // built last, over the public API
   ~runtime();
 };
 

@@ -201,6 +201,27 @@ void endpoint::accept(detail::stored& s) {
   if (net::current_handler() == nullptr) engine_.wait_acquire(acq);
 }
 
+void endpoint::accept_all(const std::vector<detail::stored*>& group) {
+  for (std::size_t i = 0; i < group.size(); ++i) {
+    if (group[i]->disposed)
+      detail::fail(MDSM_ERR_ALREADY_DISPOSED, "accept_all: message ", i, " (handler '", group[i]->entry->name,
+                   "') was already accepted or forwarded");
+    for (std::size_t j = 0; j < i; ++j)
+      if (group[j] == group[i]) detail::fail(MDSM_ERR_INVALID_ARGUMENT, "accept_all: message ", i, " appears twice");
+  }
+  std::vector<coherence::release_info> infos;
+  for (detail::stored* s : group) {
+    s->disposed = true;
+    if (!s->release) continue;
+    stats::add(stats::counter::msgs_accepted);
+    infos.push_back(std::move(*s->release));
+    s->release.reset();
+  }
+  if (infos.empty()) return;
+  auto acq = engine_.begin_acquire(std::move(infos));
+  if (net::current_handler() == nullptr) engine_.wait_acquire(acq);
+}
+
 void endpoint::forward(detail::stored& s, int dest) {
   if (s.disposed) mark_disposed(s.disposed, s.entry->name, "forward");
   check_dest(dest, detail::cat("forward (handler '", s.entry->name, "')").c_str());

@@ -70,6 +70,8 @@ class endpoint {
   std::unique_ptr<detail::stored> store(detail::inbound& in);
   void accept(detail::stored& s);
   void forward(detail::stored& s, int dest);
+  // One acquire for several stored messages (see mdsm::accept_all).
+  void accept_all(const std::vector<detail::stored*>& group);
 
   const detail::handler_entry* entry(handler_id h) const;
   net::transport& transport() noexcept { return transport_; }

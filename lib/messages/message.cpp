@@ -86,4 +86,12 @@ void stored_message::forward(int dest) {
   messages::current().forward(get(s_), dest);
 }
 
+void accept_all(std::span<stored_message> messages) {
+  detail::rethrow_deferred();
+  std::vector<detail::stored*> group;
+  group.reserve(messages.size());
+  for (auto& m : messages) group.push_back(&get(m.s_));
+  messages::current().accept_all(group);
+}
+
 }  // namespace mdsm

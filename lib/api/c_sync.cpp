@@ -1,0 +1,157 @@
+// The C API of the coordination primitives: opaque handles owning the C++ objects.
+#include "api/c_guard.hpp"
+
+#include <cstring>
+#include <vector>
+
+struct mdsm_mutex {
+  mdsm::mutex m;
+  explicit mdsm_mutex(int manager) : m(manager) {}
+};
+struct mdsm_semaphore {
+  mdsm::semaphore s;
+  mdsm_semaphore(long initial, int manager) : s(initial, manager) {}
+};
+struct mdsm_cond {
+  mdsm::condition_variable c;
+  explicit mdsm_cond(int manager) : c(manager) {}
+};
+struct mdsm_barrier {
+  mdsm::barrier b;
+  mdsm_barrier() = default;
+  explicit mdsm_barrier(std::span<const int> p) : b(p) {}
+};
+struct mdsm_queue {
+  mdsm::work_queue q;
+  mdsm_queue(bool lifo, int manager) : q(lifo ? mdsm::work_queue::order::lifo : mdsm::work_queue::order::fifo, manager) {}
+};
+
+namespace mdsm::sync {
+void queue_keep(std::uint32_t id, std::vector<std::byte> item);
+}
+
+using mdsm::capi::guarded;
+using mdsm::capi::null_arg;
+
+extern "C" {
+
+mdsm_status mdsm_mutex_create(int manager, mdsm_mutex** mutex) {
+  if (mutex == nullptr) return null_arg("mutex");
+  return guarded([&] { *mutex = new mdsm_mutex(manager); });
+}
+mdsm_status mdsm_mutex_lock(mdsm_mutex* mutex) {
+  if (mutex == nullptr) return null_arg("mutex");
+  return guarded([&] { mutex->m.lock(); });
+}
+mdsm_status mdsm_mutex_trylock(mdsm_mutex* mutex, int* acquired) {
+  if (mutex == nullptr) return null_arg("mutex");
+  if (acquired == nullptr) return null_arg("acquired");
+  return guarded([&] { *acquired = mutex->m.try_lock() ? 1 : 0; });
+}
+mdsm_status mdsm_mutex_unlock(mdsm_mutex* mutex) {
+  if (mutex == nullptr) return null_arg("mutex");
+  return guarded([&] { mutex->m.unlock(); });
+}
+mdsm_status mdsm_mutex_destroy(mdsm_mutex* mutex) {
+  if (mutex == nullptr) return null_arg("mutex");
+  return guarded([&] { delete mutex; });
+}
+
+mdsm_status mdsm_semaphore_create(long initial, int manager, mdsm_semaphore** sem) {
+  if (sem == nullptr) return null_arg("sem");
+  return guarded([&] { *sem = new mdsm_semaphore(initial, manager); });
+}
+mdsm_status mdsm_semaphore_acquire(mdsm_semaphore* sem) {
+  if (sem == nullptr) return null_arg("sem");
+  return guarded([&] { sem->s.acquire(); });
+}
+mdsm_status mdsm_semaphore_tryacquire(mdsm_semaphore* sem, int* acquired) {
+  if (sem == nullptr) return null_arg("sem");
+  if (acquired == nullptr) return null_arg("acquired");
+  return guarded([&] { *acquired = sem->s.try_acquire() ? 1 : 0; });
+}
+mdsm_status mdsm_semaphore_release(mdsm_semaphore* sem, long n) {
+  if (sem == nullptr) return null_arg("sem");
+  return guarded([&] { sem->s.release(n); });
+}
+mdsm_status mdsm_semaphore_destroy(mdsm_semaphore* sem) {
+  if (sem == nullptr) return null_arg("sem");
+  return guarded([&] { delete sem; });
+}
+
+mdsm_status mdsm_cond_create(int manager, mdsm_cond** cond) {
+  if (cond == nullptr) return null_arg("cond");
+  return guarded([&] { *cond = new mdsm_cond(manager); });
+}
+mdsm_status mdsm_cond_wait(mdsm_cond* cond, mdsm_mutex* mutex) {
+  if (cond == nullptr) return null_arg("cond");
+  if (mutex == nullptr) return null_arg("mutex");
+  return guarded([&] { cond->c.wait(mutex->m); });
+}
+mdsm_status mdsm_cond_signal(mdsm_cond* cond) {
+  if (cond == nullptr) return null_arg("cond");
+  return guarded([&] { cond->c.notify_one(); });
+}
+mdsm_status mdsm_cond_broadcast(mdsm_cond* cond) {
+  if (cond == nullptr) return null_arg("cond");
+  return guarded([&] { cond->c.notify_all(); });
+}
+mdsm_status mdsm_cond_destroy(mdsm_cond* cond) {
+  if (cond == nullptr) return null_arg("cond");
+  return guarded([&] { delete cond; });
+}
+
+mdsm_status mdsm_barrier_create(const int* participants, int count, mdsm_barrier** barrier) {
+  if (barrier == nullptr) return null_arg("barrier");
+  if (participants == nullptr && count != 0) return null_arg("participants (with a nonzero count)");
+  if (count < 0) return guarded([] { throw mdsm::error(MDSM_ERR_INVALID_ARGUMENT, "mdsm: barrier count is negative"); });
+  return guarded([&] {
+    *barrier = participants == nullptr
+                   ? new mdsm_barrier()
+                   : new mdsm_barrier(std::span<const int>(participants, static_cast<std::size_t>(count)));
+  });
+}
+mdsm_status mdsm_barrier_wait(mdsm_barrier* barrier) {
+  if (barrier == nullptr) return null_arg("barrier");
+  return guarded([&] { barrier->b.arrive_and_wait(); });
+}
+mdsm_status mdsm_barrier_destroy(mdsm_barrier* barrier) {
+  if (barrier == nullptr) return null_arg("barrier");
+  return guarded([&] { delete barrier; });
+}
+
+mdsm_status mdsm_queue_create(int lifo, int manager, mdsm_queue** queue) {
+  if (queue == nullptr) return null_arg("queue");
+  return guarded([&] { *queue = new mdsm_queue(lifo != 0, manager); });
+}
+mdsm_status mdsm_queue_push(mdsm_queue* queue, const void* item, size_t len) {
+  if (queue == nullptr) return null_arg("queue");
+  if (item == nullptr && len != 0) return null_arg("item (with a nonzero length)");
+  return guarded([&] { queue->q.push(std::span<const std::byte>(static_cast<const std::byte*>(item), len)); });
+}
+mdsm_status mdsm_queue_pop(mdsm_queue* queue, void* buf, size_t cap, size_t* len, int* got) {
+  if (queue == nullptr) return null_arg("queue");
+  if (len == nullptr) return null_arg("len");
+  if (got == nullptr) return null_arg("got");
+  if (buf == nullptr && cap != 0) return null_arg("buf (with a nonzero capacity)");
+  return guarded([&] {
+    auto item = queue->q.pop();
+    *got = item ? 1 : 0;
+    *len = item ? item->size() : 0;
+    if (!item) return;
+    if (item->size() > cap) {
+      const std::size_t n = item->size();
+      mdsm::sync::queue_keep(queue->q.id(), std::move(*item));
+      throw mdsm::error(MDSM_ERR_INVALID_ARGUMENT,
+                        "mdsm: mdsm_queue_pop: the item has " + std::to_string(n) + " bytes, the buffer " +
+                            std::to_string(cap) + "; it stays first in line for this rank (see *len)");
+    }
+    if (!item->empty()) std::memcpy(buf, item->data(), item->size());
+  });
+}
+mdsm_status mdsm_queue_destroy(mdsm_queue* queue) {
+  if (queue == nullptr) return null_arg("queue");
+  return guarded([&] { delete queue; });
+}
+
+}  // extern "C"

@@ -1,0 +1,151 @@
+// A condition variable for mdsm::mutex (Mesa semantics).
+//
+// wait(m): a REQUEST registers this rank with the manager and is acknowledged (NONE) before the
+// mutex is released. The acknowledgement closes a race: without it a notifier that acquires the
+// mutex after us could reach the manager before our registration (messages from different
+// senders are not ordered) and the wake-up would be lost. Then the mutex is unlocked, a NONE
+// wake-up is awaited, and the mutex is locked again. Consistency flows through the mutex, so the
+// condition variable's own messages are all non-synchronizing.
+// notify_one/notify_all: a NONE message to the manager, which wakes one or all registered ranks.
+#include "sync/services.hpp"
+
+#include "sync/handlers.hpp"
+
+#include "common/check.hpp"
+
+#include <deque>
+
+namespace mdsm::sync {
+
+namespace {
+
+enum op : std::uint32_t { op_wait = 1, op_ack = 2, op_wake = 3, op_notify_one = 4, op_notify_all = 5 };
+
+struct condition_state final : object {
+  using object::object;
+  std::deque<int> waiters;  // manager: registered ranks, in order (guarded by mu)
+  int phase = 0;            // this rank: 0 idle, 1 registering, 2 registered, 3 woken (guarded by mu)
+
+  const char* busy_reason() const override {
+    if (phase != 0 || !waiters.empty()) return "waited on";
+    return nullptr;
+  }
+};
+
+std::shared_ptr<condition_state> state_of(std::uint32_t id) {
+  return current().find<condition_state>(id, kind::condition);
+}
+
+// Delivers a reply to this rank (mu held).
+void reply_locked(condition_state& s, int to, op o) {
+  services& sv = current();
+  if (to == sv.rank()) {
+    s.phase = o == op_ack ? 2 : 3;
+  } else {
+    send(to, sv.h_cond_reply, payload_builder(s.id, o).bytes(), annotation::none);
+  }
+}
+
+void notify_locked(condition_state& s, bool all) {
+  while (!s.waiters.empty()) {
+    const int w = s.waiters.front();
+    s.waiters.pop_front();
+    reply_locked(s, w, op_wake);
+    if (!all) break;
+  }
+}
+
+void wait_phase(condition_state& s, int phase) {
+  wait_until([&] {
+    std::lock_guard lk(s.mu);
+    return s.phase >= phase;
+  });
+}
+
+void notify(std::uint32_t id, bool all) {
+  auto s = state_of(id);
+  services& sv = current();
+  std::lock_guard lk(s->mu);
+  if (s->manager == sv.rank())
+    notify_locked(*s, all);
+  else
+    send(s->manager, sv.h_cond_notify, payload_builder(id, all ? op_notify_all : op_notify_one).bytes(),
+         annotation::none);
+}
+
+}  // namespace
+
+void on_cond_wait(message& m) {
+  payload_reader in(m.payload());
+  auto s = state_of(in.get<header>().id);
+  std::lock_guard lk(s->mu);
+  s->waiters.push_back(m.origin());
+  reply_locked(*s, m.origin(), op_ack);
+}
+
+void on_cond_notify(message& m) {
+  payload_reader in(m.payload());
+  const auto h = in.get<header>();
+  auto s = state_of(h.id);
+  std::lock_guard lk(s->mu);
+  notify_locked(*s, h.op == op_notify_all);
+}
+
+void on_cond_reply(message& m) {
+  payload_reader in(m.payload());
+  const auto h = in.get<header>();
+  auto s = state_of(h.id);
+  std::lock_guard lk(s->mu);
+  s->phase = h.op == op_ack ? 2 : 3;
+}
+
+}  // namespace mdsm::sync
+
+namespace mdsm {
+using namespace sync;
+
+condition_variable::condition_variable() : condition_variable(-1) {}
+
+condition_variable::condition_variable(int manager) {
+  require_application_thread("condition_variable::condition_variable");
+  id_ = current().create<condition_state>(kind::condition, manager, 0)->id;
+}
+
+condition_variable::~condition_variable() {
+  if (initialized()) current().destroy(id_);
+}
+
+void condition_variable::wait(mutex& m) {
+  require_application_thread("condition_variable::wait");
+  if (!m.held())
+    detail::fail(MDSM_ERR_NOT_HELD, "condition_variable::wait: mutex #", m.id(),
+                 " is not held by this rank; lock it before waiting");
+  auto s = state_of(id_);
+  services& sv = current();
+  {
+    std::lock_guard lk(s->mu);
+    if (s->phase != 0)
+      detail::fail(MDSM_ERR_BUSY, "condition_variable #", id_, ": another thread of rank ", sv.rank(),
+                   " already waits on it");
+    s->phase = 1;
+    if (s->manager == sv.rank()) {
+      s->waiters.push_back(sv.rank());
+      s->phase = 2;
+    } else {
+      send(s->manager, sv.h_cond_wait, payload_builder(id_, op_wait).bytes(), annotation::request);
+    }
+  }
+  wait_phase(*s, 2);
+  m.unlock();
+  wait_phase(*s, 3);
+  {
+    std::lock_guard lk(s->mu);
+    s->phase = 0;
+  }
+  m.lock();
+}
+
+void condition_variable::notify_one() { notify(id_, false); }
+void condition_variable::notify_all() { notify(id_, true); }
+
+}  // namespace mdsm

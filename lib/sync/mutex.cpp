@@ -1,0 +1,298 @@
+// The distributed queue lock (TreadMarks/CarlOS), with try_lock by lending.
+//
+// A token represents the lock; exactly one rank has it (or it is in flight). The manager keeps
+// only `last`, the last rank that asked for the lock. lock() on rank r:
+//   * token here and free: taken locally, no messages (the lock stays cached at its last holder);
+//   * otherwise REQUEST(r) to the manager, which sets last = r and forwards the REQUEST to the
+//     previous `last` (or, if that is the manager itself, acts on it in place). There, the token
+//     is granted at once with a RELEASE if it is free, or `next = r` is recorded and the grant is
+//     sent by unlock(). The REQUEST carries r's vector time, so the grant is tailored to r.
+// Messages: an uncontended remote acquire costs 2 (REQUEST, grant) when the manager has the
+// token and 3 with the forward; unlock sends nothing unless somebody waits.
+//
+// try_lock() asks the manager with a "try" REQUEST, forwarded to `last` without changing it. If
+// the token is free there and nobody is queued, it is *lent*: the borrower returns it to the
+// lender at unlock() (a RELEASE, so the lender's next holder sees the borrower's writes), and the
+// lender keeps its place in the queue meanwhile. Otherwise a NONE "deny" answers.
+#include "sync/services.hpp"
+
+#include "sync/handlers.hpp"
+
+#include "common/check.hpp"
+
+#include <atomic>
+
+namespace mdsm::sync {
+
+namespace {
+
+enum op : std::uint32_t { op_acquire = 1, op_try = 2, op_token = 3, op_deny = 4 };
+
+struct mutex_state final : object {
+  using object::object;
+  // All fields guarded by `mu`.
+  bool token = false;     // the token is at this rank
+  bool held = false;      // an application thread of this rank holds the lock
+  bool waiting = false;   // this rank asked for the lock and waits for the token
+  bool trying = false;    // a try_lock is out
+  int try_result = 0;     // 0 pending, 1 granted (lent), 2 denied
+  bool lent = false;      // the token is lent out and will come back
+  int lender = -1;        // the token was lent to this rank by `lender`
+  int next = -1;          // who gets the token at unlock
+  int last = -1;          // manager only: the last requester
+  stored_message arrived;   // a token (RELEASE) the application thread has yet to accept
+  stored_message returned;  // a lent token that came back and was not yet accepted or passed on
+  std::atomic<bool> local_owner{false};  // serializes this rank's application threads
+
+  const char* busy_reason() const override {
+    if (held) return "held";
+    if (waiting || trying) return "waited on";
+    if (lent) return "lent out";
+    return nullptr;
+  }
+  bool free_here() const { return token && !held && !waiting && !lent; }
+};
+
+std::shared_ptr<mutex_state> state_of(std::uint32_t id) { return current().find<mutex_state>(id, kind::mutex); }
+
+// Sends the token to `to` (mu held). A returned token is passed on as it is (forwarded), so the
+// receiver becomes consistent with the borrower that returned it, through this rank's records.
+void pass_token_locked(mutex_state& s, int to) {
+  services& sv = current();
+  s.token = false;
+  if (s.returned) {
+    s.returned.forward(to);
+    s.returned = stored_message();
+  } else {
+    send(to, sv.h_mutex_token, payload_builder(s.id, op_token).bytes(), annotation::release);
+  }
+}
+
+// The holder's side of a request (possibly the manager acting in place).
+void holder_request_locked(mutex_state& s, int requester, bool is_try) {
+  services& sv = current();
+  if (is_try) {
+    if (s.free_here() && s.next < 0) {
+      pass_token_locked(s, requester);
+      s.lent = true;
+    } else {
+      send(requester, sv.h_mutex_deny, payload_builder(s.id, op_deny).bytes(), annotation::none);
+    }
+    return;
+  }
+  if (s.free_here()) {
+    pass_token_locked(s, requester);
+  } else {
+    MDSM_ASSERT(s.next < 0, "a lock holder has two successors");
+    s.next = requester;
+  }
+}
+
+// The manager's side (mu held). `m` is the message to forward, or null when the manager itself
+// requests (then a fresh REQUEST goes to the previous requester).
+void manager_request_locked(mutex_state& s, int requester, bool is_try, message* m) {
+  services& sv = current();
+  const int prev = s.last;
+  if (!is_try) s.last = requester;
+  if (prev == sv.rank()) {
+    holder_request_locked(s, requester, is_try);
+  } else if (m != nullptr) {
+    m->forward(prev);
+  } else {
+    send(prev, sv.h_mutex_request, payload_builder(s.id, is_try ? op_try : op_acquire).bytes(), annotation::request);
+  }
+}
+
+// Waits until the token arrives (waiting or trying set), then accepts it.
+void take_arrived(mutex_state& s) {
+  wait_until([&] {
+    std::lock_guard lk(s.mu);
+    return static_cast<bool>(s.arrived) || (s.trying && s.try_result == 2);
+  });
+  stored_message grant;
+  {
+    std::lock_guard lk(s.mu);
+    grant = std::move(s.arrived);
+  }
+  if (grant) grant.accept();
+}
+
+void acquire_local_owner(mutex_state& s) {
+  bool expected = false;
+  if (s.local_owner.compare_exchange_strong(expected, true, std::memory_order_acquire)) return;
+  wait_until([&] {
+    bool e = false;
+    return s.local_owner.compare_exchange_strong(e, true, std::memory_order_acquire);
+  });
+}
+
+// A returned token not yet accepted must be, before this rank's thread holds the lock again.
+void accept_returned_locked(mutex_state& s, std::unique_lock<std::mutex>& lk) {
+  if (!s.returned) return;
+  stored_message r = std::move(s.returned);
+  lk.unlock();
+  r.accept();
+  lk.lock();
+}
+
+}  // namespace
+
+// ---- handlers --------------------------------------------------------------------------------
+
+void on_mutex_request(message& m) {
+  payload_reader in(m.payload());
+  const auto h = in.get<header>();
+  auto s = state_of(h.id);
+  std::lock_guard lk(s->mu);
+  const bool is_try = h.op == op_try;
+  if (is_manager_role(*s, m, current().rank()))
+    manager_request_locked(*s, m.origin(), is_try, &m);
+  else
+    holder_request_locked(*s, m.origin(), is_try);
+}
+
+void on_mutex_token(message& m) {
+  payload_reader in(m.payload());
+  auto s = state_of(in.get<header>().id);
+  std::lock_guard lk(s->mu);
+  if (s->waiting || (s->trying && s->try_result == 0)) {
+    if (s->trying) {
+      s->try_result = 1;
+      s->lender = m.source();
+    }
+    s->arrived = m.store();
+  } else if (s->lent) {
+    s->lent = false;
+    s->token = true;
+    s->returned = m.store();
+    if (s->next >= 0) {
+      const int to = s->next;
+      s->next = -1;
+      pass_token_locked(*s, to);
+    }
+  } else {
+    m.accept();
+    detail::fail(MDSM_ERR_MALFORMED, "mutex #", s->id, ": a lock token arrived at rank ", current().rank(),
+                 " which neither waits for it nor lent it");
+  }
+}
+
+void on_mutex_deny(message& m) {
+  payload_reader in(m.payload());
+  auto s = state_of(in.get<header>().id);
+  std::lock_guard lk(s->mu);
+  if (s->trying) s->try_result = 2;
+}
+
+}  // namespace mdsm::sync
+
+namespace mdsm {
+using namespace sync;
+
+// ---- the public class ------------------------------------------------------------------------
+
+mutex::mutex() : mutex(-1) {}
+
+mutex::mutex(int manager) {
+  require_application_thread("mutex::mutex");
+  auto s = current().create<mutex_state>(kind::mutex, manager, 0);
+  id_ = s->id;
+  std::lock_guard lk(s->mu);
+  if (s->manager == current().rank()) {
+    s->token = true;  // the lock starts free at its manager
+    s->last = s->manager;
+  }
+}
+
+mutex::~mutex() {
+  if (initialized()) current().destroy(id_);
+}
+
+void mutex::lock() {
+  require_application_thread("mutex::lock");
+  auto s = state_of(id_);
+  acquire_local_owner(*s);
+  std::unique_lock lk(s->mu);
+  if (s->free_here()) {
+    accept_returned_locked(*s, lk);
+    s->held = true;
+    return;
+  }
+  s->waiting = true;
+  services& sv = current();
+  if (s->manager == sv.rank())
+    manager_request_locked(*s, sv.rank(), false, nullptr);
+  else
+    send(s->manager, sv.h_mutex_request, payload_builder(id_, op_acquire).bytes(), annotation::request);
+  lk.unlock();
+  take_arrived(*s);
+  lk.lock();
+  s->waiting = false;
+  s->token = true;
+  s->held = true;
+}
+
+bool mutex::try_lock() {
+  require_application_thread("mutex::try_lock");
+  auto s = state_of(id_);
+  bool expected = false;
+  if (!s->local_owner.compare_exchange_strong(expected, true, std::memory_order_acquire)) return false;
+  std::unique_lock lk(s->mu);
+  if (s->free_here()) {
+    accept_returned_locked(*s, lk);
+    s->held = true;
+    return true;
+  }
+  if (s->token || s->lent) {  // held here, or lent out: not free without waiting
+    s->local_owner.store(false, std::memory_order_release);
+    return false;
+  }
+  s->trying = true;
+  s->try_result = 0;
+  services& sv = current();
+  if (s->manager == sv.rank())
+    manager_request_locked(*s, sv.rank(), true, nullptr);
+  else
+    send(s->manager, sv.h_mutex_request, payload_builder(id_, op_try).bytes(), annotation::request);
+  lk.unlock();
+  take_arrived(*s);
+  lk.lock();
+  const bool got = s->try_result == 1;
+  s->trying = false;
+  s->try_result = 0;
+  if (got) {
+    s->token = true;
+    s->held = true;
+  } else {
+    s->local_owner.store(false, std::memory_order_release);
+  }
+  return got;
+}
+
+void mutex::unlock() {
+  auto s = state_of(id_);
+  std::lock_guard lk(s->mu);
+  if (!s->held)
+    detail::fail(MDSM_ERR_NOT_HELD, "mutex::unlock: mutex #", id_, " is not held by rank ", current().rank(),
+                 "; unlock only a mutex this rank locked");
+  s->held = false;
+  if (s->lender >= 0) {
+    const int to = s->lender;
+    s->lender = -1;
+    MDSM_ASSERT(s->next < 0, "a borrowed lock has a successor");
+    pass_token_locked(*s, to);
+  } else if (s->next >= 0) {
+    const int to = s->next;
+    s->next = -1;
+    pass_token_locked(*s, to);
+  }
+  s->local_owner.store(false, std::memory_order_release);
+}
+
+bool mutex::held() const {
+  auto s = state_of(id_);
+  std::lock_guard lk(s->mu);
+  return s->held;
+}
+
+}  // namespace mdsm

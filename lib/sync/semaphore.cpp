@@ -1,0 +1,190 @@
+// A counting semaphore whose permits carry consistency.
+//
+// release() sends a RELEASE to the manager, which stores it and hands it on (forward) to an
+// acquirer: the acquirer becomes consistent with the releaser, never with the manager, which
+// does not accept. Permits given at creation carry no writes and are granted with a NONE message.
+// acquire() is a REQUEST to the manager (handled in place on the manager itself); 2 messages
+// when a permit is there. try_acquire() gets a NONE "no" instead of waiting.
+#include "sync/services.hpp"
+
+#include "sync/handlers.hpp"
+
+#include "common/check.hpp"
+
+#include <deque>
+
+namespace mdsm::sync {
+
+namespace {
+
+enum op : std::uint32_t { op_release = 1, op_acquire = 2, op_try = 3, op_plain = 4, op_none = 5 };
+
+struct semaphore_state final : object {
+  semaphore_state(std::uint32_t id_, kind k_, int manager_, long initial)
+      : object(id_, k_, manager_), plain(initial) {}
+  // Manager side (guarded by mu).
+  long plain;                              // permits without consistency (the initial ones)
+  std::deque<stored_message> permits;      // released permits, oldest first
+  struct waiter {
+    int rank;
+    bool is_try;
+  };
+  std::deque<waiter> waiters;
+  // Acquirer side (guarded by mu).
+  bool acquiring = false;
+  int result = 0;  // 0 pending, 1 granted, 2 none available (try)
+  stored_message arrived;
+
+  const char* busy_reason() const override {
+    if (acquiring) return "waited on";
+    if (!waiters.empty()) return "waited on";
+    return nullptr;
+  }
+  void drain(std::vector<stored_message>& out) override {
+    for (auto& p : permits) out.push_back(std::move(p));
+    permits.clear();
+  }
+};
+
+std::shared_ptr<semaphore_state> state_of(std::uint32_t id) {
+  return current().find<semaphore_state>(id, kind::semaphore);
+}
+
+// The acquirer's side of an answer (mu held).
+void granted_locked(semaphore_state& s, stored_message permit, bool ok) {
+  s.arrived = std::move(permit);
+  s.result = ok ? 1 : 2;
+}
+
+// Manager: gives `requester` a permit if there is one (mu held). Returns false if none.
+bool grant_locked(semaphore_state& s, int requester) {
+  services& sv = current();
+  if (!s.permits.empty()) {
+    stored_message p = std::move(s.permits.front());
+    s.permits.pop_front();
+    if (requester == sv.rank())
+      granted_locked(s, std::move(p), true);
+    else
+      p.forward(requester);
+    return true;
+  }
+  if (s.plain > 0) {
+    --s.plain;
+    if (requester == sv.rank())
+      granted_locked(s, stored_message(), true);
+    else
+      send(requester, sv.h_sem_grant, payload_builder(s.id, op_plain).bytes(), annotation::none);
+    return true;
+  }
+  return false;
+}
+
+void request_locked(semaphore_state& s, int requester, bool is_try) {
+  if (grant_locked(s, requester)) return;
+  if (!is_try) {
+    s.waiters.push_back({requester, false});
+    return;
+  }
+  services& sv = current();
+  if (requester == sv.rank())
+    granted_locked(s, stored_message(), false);
+  else
+    send(requester, sv.h_sem_grant, payload_builder(s.id, op_none).bytes(), annotation::none);
+}
+
+bool acquire_impl(std::uint32_t id, bool is_try) {
+  auto s = state_of(id);
+  services& sv = current();
+  {
+    std::lock_guard lk(s->mu);
+    if (s->acquiring)
+      detail::fail(MDSM_ERR_BUSY, "semaphore #", id, ": another thread of rank ", sv.rank(), " is acquiring it");
+    s->acquiring = true;
+    s->result = 0;
+    if (s->manager == sv.rank())
+      request_locked(*s, sv.rank(), is_try);
+    else
+      send(s->manager, sv.h_sem_acquire, payload_builder(id, is_try ? op_try : op_acquire).bytes(),
+           annotation::request);
+  }
+  wait_until([&] {
+    std::lock_guard lk(s->mu);
+    return s->result != 0;
+  });
+  stored_message permit;
+  bool ok;
+  {
+    std::lock_guard lk(s->mu);
+    permit = std::move(s->arrived);
+    ok = s->result == 1;
+    s->acquiring = false;
+    s->result = 0;
+  }
+  if (permit) permit.accept();
+  return ok;
+}
+
+}  // namespace
+
+void on_sem_release(message& m) {
+  payload_reader in(m.payload());
+  auto s = state_of(in.get<header>().id);
+  std::lock_guard lk(s->mu);
+  if (is_manager_role(*s, m, current().rank())) {
+    s->permits.push_back(m.store());
+    while (!s->waiters.empty() && grant_locked(*s, s->waiters.front().rank)) s->waiters.pop_front();
+  } else {  // a permit forwarded by the manager to this acquirer
+    granted_locked(*s, m.store(), true);
+  }
+}
+
+void on_sem_acquire(message& m) {
+  payload_reader in(m.payload());
+  const auto h = in.get<header>();
+  auto s = state_of(h.id);
+  std::lock_guard lk(s->mu);
+  request_locked(*s, m.origin(), h.op == op_try);
+}
+
+void on_sem_grant(message& m) {
+  payload_reader in(m.payload());
+  const auto h = in.get<header>();
+  auto s = state_of(h.id);
+  std::lock_guard lk(s->mu);
+  granted_locked(*s, stored_message(), h.op == op_plain);
+}
+
+}  // namespace mdsm::sync
+
+namespace mdsm {
+using namespace sync;
+
+semaphore::semaphore(long initial, int manager) {
+  require_application_thread("semaphore::semaphore");
+  if (initial < 0) detail::fail(MDSM_ERR_INVALID_ARGUMENT, "semaphore: the initial count ", initial, " is negative");
+  id_ = current().create<semaphore_state>(kind::semaphore, manager, static_cast<std::uint64_t>(initial) << 1, initial)->id;
+}
+
+semaphore::~semaphore() {
+  if (initialized()) current().destroy(id_);
+}
+
+void semaphore::acquire() {
+  require_application_thread("semaphore::acquire");
+  acquire_impl(id_, false);
+}
+
+bool semaphore::try_acquire() {
+  require_application_thread("semaphore::try_acquire");
+  return acquire_impl(id_, true);
+}
+
+void semaphore::release(long n) {
+  if (n < 0) detail::fail(MDSM_ERR_INVALID_ARGUMENT, "semaphore::release: n = ", n, " is negative");
+  auto s = state_of(id_);
+  services& sv = current();
+  for (long i = 0; i < n; ++i)
+    send(s->manager, sv.h_sem_release, payload_builder(id_, op_release).bytes(), annotation::release);
+}
+
+}  // namespace mdsm

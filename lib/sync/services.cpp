@@ -1,0 +1,173 @@
+#include "sync/services.hpp"
+
+#include "sync/handlers.hpp"
+
+#include "common/check.hpp"
+#include "common/deferred.hpp"
+
+#include <atomic>
+#include <cstdio>
+#include <sstream>
+
+namespace mdsm::sync {
+
+namespace {
+std::atomic<services*> g_current{nullptr};
+
+const char* kind_name(kind k) {
+  switch (k) {
+    case kind::mutex: return "mutex";
+    case kind::semaphore: return "semaphore";
+    case kind::condition: return "condition_variable";
+    case kind::barrier: return "barrier";
+    case kind::queue: return "work_queue";
+  }
+  return "object";
+}
+
+[[noreturn]] void fail(mdsm_status code, const std::string& what) { throw error(code, what); }
+}  // namespace
+
+void payload_reader::need(std::size_t n) const {
+  if (p_.size() - at_ < n) fail(MDSM_ERR_MALFORMED, "mdsm: a coordination message is shorter than its fields");
+}
+
+services& current() {
+  services* s = g_current.load(std::memory_order_acquire);
+  if (s == nullptr) fail(MDSM_ERR_NOT_INITIALIZED, "mdsm is not initialized: call mdsm::init first");
+  return *s;
+}
+
+void set_current(services* s) noexcept { g_current.store(s, std::memory_order_release); }
+
+void require_application_thread(const char* what) {
+  if (in_handler())
+    fail(MDSM_ERR_HANDLER_CONTEXT,
+         std::string(what) + " waits for other ranks and cannot be called from a message handler");
+}
+
+services::services(MPI_Comm comm) {
+  MPI_Comm_dup(comm, &comm_);
+  MPI_Comm_rank(comm_, &rank_);
+  MPI_Comm_size(comm_, &size_);
+  // Replies first, then requests (a handler may run as soon as it is registered).
+  h_mutex_token = register_handler("mdsm.sync.mutex.token", on_mutex_token);
+  h_mutex_deny = register_handler("mdsm.sync.mutex.deny", on_mutex_deny);
+  h_mutex_request = register_handler("mdsm.sync.mutex.request", on_mutex_request);
+  h_sem_grant = register_handler("mdsm.sync.semaphore.grant", on_sem_grant);
+  h_sem_release = register_handler("mdsm.sync.semaphore.release", on_sem_release);
+  h_sem_acquire = register_handler("mdsm.sync.semaphore.acquire", on_sem_acquire);
+  h_cond_reply = register_handler("mdsm.sync.cond.reply", on_cond_reply);
+  h_cond_wait = register_handler("mdsm.sync.cond.wait", on_cond_wait);
+  h_cond_notify = register_handler("mdsm.sync.cond.notify", on_cond_notify);
+  h_barrier_depart = register_handler("mdsm.sync.barrier.depart", on_barrier_depart);
+  h_barrier_arrive = register_handler("mdsm.sync.barrier.arrive", on_barrier_arrive);
+  h_queue_reply = register_handler("mdsm.sync.queue.reply", on_queue_reply);
+  h_queue_push = register_handler("mdsm.sync.queue.push", on_queue_push);
+  h_queue_pop = register_handler("mdsm.sync.queue.pop", on_queue_pop);
+}
+
+services::~services() {
+  if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+}
+
+void services::allreduce(const void* in, void* out, int count, MPI_Datatype t, MPI_Op op) const {
+  MPI_Request req;
+  MPI_Iallreduce(in, out, count, t, op, comm_, &req);
+  wait_until([&] {
+    int done = 0;
+    MPI_Test(&req, &done, MPI_STATUS_IGNORE);
+    return done != 0;
+  });
+}
+
+int services::resolve_manager(int manager, std::uint32_t id) const {
+  if (manager < 0) return static_cast<int>(id % static_cast<std::uint32_t>(size_));
+  if (manager >= size_) {
+    std::ostringstream o;
+    o << "mdsm: manager rank " << manager << " is out of range (the job has " << size_ << " ranks)";
+    fail(MDSM_ERR_INVALID_RANK, o.str());
+  }
+  return manager;
+}
+
+void services::publish(std::shared_ptr<object> obj) {
+  std::lock_guard lk(table_mu_);
+  table_[obj->id] = std::move(obj);
+}
+
+void services::agree(std::uint32_t id, kind k, int manager, std::uint64_t extra_check) {
+  // min and max of (id, kind, manager, extra) in one reduction: max of v and of -v.
+  const std::int64_t mine[4] = {id, static_cast<std::int64_t>(k), manager, static_cast<std::int64_t>(extra_check >> 1)};
+  std::int64_t both[8], out[8];
+  for (int i = 0; i < 4; ++i) {
+    both[i] = mine[i];
+    both[4 + i] = -mine[i];
+  }
+  allreduce(both, out, 8, MPI_INT64_T, MPI_MAX);
+  bool same = true;
+  for (int i = 0; i < 4; ++i) same = same && out[i] == -out[4 + i];
+  if (!same) {
+    {
+      std::lock_guard lk(table_mu_);
+      table_.erase(id);
+    }
+    --next_id_;
+    std::ostringstream o;
+    o << "mdsm: creating " << kind_name(k) << " #" << id
+      << ": the ranks disagree (a different kind of object, manager or participant list on some rank); "
+         "create coordination objects collectively, in the same order and with the same arguments on every rank";
+    fail(MDSM_ERR_MISMATCH, o.str());
+  }
+}
+
+void services::destroy(std::uint32_t id) noexcept {
+  try {
+    std::shared_ptr<object> obj;
+    {
+      std::lock_guard lk(table_mu_);
+      auto it = table_.find(id);
+      if (it == table_.end()) return;
+      obj = it->second;
+    }
+    std::string busy;
+    {
+      std::lock_guard lk(obj->mu);
+      if (const char* why = obj->busy_reason()) {
+        std::ostringstream o;
+        o << "mdsm: " << kind_name(obj->k) << " #" << id << " destroyed while " << why << " on rank " << rank_
+          << "; destroy coordination objects only when no rank uses them";
+        busy = o.str();
+      }
+    }
+    // Nobody may send to it once every rank is here. (Recorded after the wait: a wait rethrows
+    // recorded errors, and this one is for the application's next call.)
+    int zero = 0, out = 0;
+    allreduce(&zero, &out, 1, MPI_INT, MPI_SUM);
+    if (!busy.empty()) detail::defer_error(error(MDSM_ERR_BUSY, busy));
+    std::vector<stored_message> left;
+    {
+      std::lock_guard lk(obj->mu);
+      obj->drain(left);
+    }
+    if (!left.empty()) accept_all(left);
+    std::lock_guard lk(table_mu_);
+    table_.erase(id);
+  } catch (const error& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+  }
+}
+
+std::shared_ptr<object> services::find_any(std::uint32_t id, kind k) const {
+  std::lock_guard lk(table_mu_);
+  auto it = table_.find(id);
+  if (it == table_.end() || it->second->k != k) {
+    std::ostringstream o;
+    o << "mdsm: a " << kind_name(k) << " message names object #" << id << ", which does not exist on rank " << rank_
+      << " (destroyed, or never created collectively)";
+    fail(MDSM_ERR_MALFORMED, o.str());
+  }
+  return it->second;
+}
+
+}  // namespace mdsm::sync

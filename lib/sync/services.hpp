@@ -1,0 +1,166 @@
+// lib/sync: the coordination primitives, built only from the public message API (mdsm.hpp) so a
+// user can write their own the same way. This header is the shared plumbing: the table of live
+// objects, collective creation/destruction, and the handlers every primitive's messages use.
+//
+// Roles. Every object has a manager rank. Messages to a manager are sent fresh (source ==
+// origin); a manager that passes a RELEASE on does so with forward(), which keeps the handler id,
+// so a handler tells "I am the manager of this message" from "this was forwarded to me" by
+//   is_manager_role(m) := this rank is the manager && m.source() == m.origin().
+// Managers never forward to themselves: when the manager is also the receiver it hands the
+// message over in-process, so a forwarded message never reaches its manager.
+//
+// Threads: object state is touched by handlers (progress thread, one at a time) and by the
+// application threads that call the object; each object's `mu` protects it. Application threads
+// wait only through mdsm::wait_until, with predicates reading state under `mu` briefly.
+#pragma once
+
+#include <mdsm/mdsm.hpp>
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <type_traits>
+#include <unordered_map>
+#include <vector>
+
+namespace mdsm::sync {
+
+enum class kind : std::uint32_t { mutex = 1, semaphore, condition, barrier, queue };
+
+// State common to every object; each primitive derives its own.
+struct object {
+  object(std::uint32_t id_, kind k_, int manager_) : id(id_), k(k_), manager(manager_) {}
+  virtual ~object() = default;
+  // Why the object cannot be destroyed now (nullptr: it can). Called with `mu` held.
+  virtual const char* busy_reason() const = 0;
+  // Stored messages the object still holds at destruction (called with `mu` held); they are
+  // accepted, so no RELEASE is dropped.
+  virtual void drain(std::vector<stored_message>& /*out*/) {}
+  const std::uint32_t id;
+  const kind k;
+  const int manager;
+  mutable std::mutex mu;
+};
+
+// The fixed prefix of every sync message payload.
+struct header {
+  std::uint32_t id;
+  std::uint32_t op;
+};
+
+// Builds a payload: the header, then trivially copyable fields, then optional bytes.
+class payload_builder {
+ public:
+  payload_builder(std::uint32_t id, std::uint32_t op) { put(header{id, op}); }
+  template <class T>
+  payload_builder& put(const T& v) {
+    static_assert(std::is_trivially_copyable_v<T>);
+    return put_bytes(std::as_bytes(std::span<const T, 1>(&v, 1)));
+  }
+  payload_builder& put_bytes(std::span<const std::byte> b) {
+    const std::size_t at = bytes_.size();
+    bytes_.resize(at + b.size());
+    if (!b.empty()) std::memcpy(bytes_.data() + at, b.data(), b.size());
+    return *this;
+  }
+  std::span<const std::byte> bytes() const { return bytes_; }
+
+ private:
+  std::vector<std::byte> bytes_;
+};
+
+// Reads a payload written by payload_builder; throws MDSM_ERR_MALFORMED on short input.
+class payload_reader {
+ public:
+  explicit payload_reader(std::span<const std::byte> p) : p_(p) {}
+  template <class T>
+  T get() {
+    static_assert(std::is_trivially_copyable_v<T>);
+    need(sizeof(T));
+    T v;
+    std::memcpy(&v, p_.data() + at_, sizeof(T));
+    at_ += sizeof(T);
+    return v;
+  }
+  std::span<const std::byte> rest() const { return p_.subspan(at_); }
+
+ private:
+  void need(std::size_t n) const;
+  std::span<const std::byte> p_;
+  std::size_t at_ = 0;
+};
+
+class services {
+ public:
+  // Collective over the communicator mdsm was initialized with (registers the handlers).
+  explicit services(MPI_Comm comm);
+  ~services();
+  services(const services&) = delete;
+  services& operator=(const services&) = delete;
+
+  // Collective creation: every rank creates the same kinds in the same order (checked, with
+  // MDSM_ERR_MISMATCH). The object is visible to handlers before the check completes, so a
+  // message sent once any rank has it finds it everywhere.
+  template <class T, class... Args>
+  std::shared_ptr<T> create(kind k, int manager, std::uint64_t extra_check, Args&&... args) {
+    const std::uint32_t id = next_id_;
+    const int m = resolve_manager(manager, id);
+    auto obj = std::make_shared<T>(id, k, m, std::forward<Args>(args)...);
+    publish(obj);
+    ++next_id_;
+    agree(id, k, m, extra_check);
+    return obj;
+  }
+  // Collective destruction: reports MDSM_ERR_BUSY (deferred) if the object is in use here, then
+  // waits for every rank before forgetting it.
+  void destroy(std::uint32_t id) noexcept;
+
+  template <class T>
+  std::shared_ptr<T> find(std::uint32_t id, kind k) const {
+    return std::static_pointer_cast<T>(find_any(id, k));
+  }
+
+  // Handler ids, one per message kind (see the .cpp files for what each carries).
+  handler_id h_mutex_request, h_mutex_token, h_mutex_deny;
+  handler_id h_sem_release, h_sem_acquire, h_sem_grant;
+  handler_id h_cond_wait, h_cond_notify, h_cond_reply;
+  handler_id h_barrier_arrive, h_barrier_depart;
+  handler_id h_queue_push, h_queue_pop, h_queue_reply;
+
+  int rank() const noexcept { return rank_; }
+  int size() const noexcept { return size_; }
+  MPI_Comm comm() const noexcept { return comm_; }
+  // A collective reduction that keeps mdsm progressing while it waits.
+  void allreduce(const void* in, void* out, int count, MPI_Datatype t, MPI_Op op) const;
+
+ private:
+  int resolve_manager(int manager, std::uint32_t id) const;
+  void publish(std::shared_ptr<object> obj);
+  void agree(std::uint32_t id, kind k, int manager, std::uint64_t extra_check);
+  std::shared_ptr<object> find_any(std::uint32_t id, kind k) const;
+
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  int rank_ = 0, size_ = 0;
+  std::uint32_t next_id_ = 0;  // application thread (creation is collective)
+  mutable std::mutex table_mu_;
+  std::unordered_map<std::uint32_t, std::shared_ptr<object>> table_;
+};
+
+// The services of the running mdsm session; throws MDSM_ERR_NOT_INITIALIZED outside one.
+services& current();
+// Set by the runtime at init (after the message layer is up) and cleared at finalize.
+void set_current(services* s) noexcept;
+
+// True when `m` reached the object's manager fresh from its sender (see the file comment).
+inline bool is_manager_role(const object& o, const message& m, int me) {
+  return o.manager == me && m.source() == m.origin();
+}
+
+// Fails with `code` and a message when a blocking primitive is used from a handler.
+void require_application_thread(const char* what);
+
+}  // namespace mdsm::sync

@@ -1,0 +1,192 @@
+// The work queue / work stack (CarlOS): a fixed manager stores the enqueued RELEASE messages and
+// forwards them to dequeuers; it never accepts them, so a consumer becomes consistent with the
+// producer of the item it gets (and what that producer had seen), not with the manager.
+//
+//   push(item)  RELEASE {id, item bytes} to the manager (asynchronous; also from the manager).
+//   pop()       REQUEST to the manager (handled in place on the manager), which forwards the
+//               oldest (FIFO) or newest (LIFO) stored item, or remembers the waiter.
+// Termination: when every rank waits in pop() and nothing is stored, the manager answers every
+// waiter with a NONE "done" and pop() returns nullopt; the queue is then ready for another round.
+// Per-sender order makes this exact for items pushed by application threads: a rank's pushes
+// reach the manager before its own pop request does. (Items pushed from message handlers are
+// not covered: a handler's push could still be in flight.)
+#include "sync/services.hpp"
+
+#include "sync/handlers.hpp"
+
+#include "common/check.hpp"
+
+#include <deque>
+
+namespace mdsm::sync {
+
+namespace {
+
+enum op : std::uint32_t { op_push = 1, op_pop = 2, op_done = 3 };
+
+struct queue_state final : object {
+  queue_state(std::uint32_t id_, kind k_, int manager_, bool lifo_) : object(id_, k_, manager_), lifo(lifo_) {}
+  const bool lifo;
+  // Manager (guarded by mu).
+  std::deque<stored_message> items;
+  std::deque<int> waiters;
+  // Consumer (guarded by mu).
+  bool popping = false;
+  int result = 0;  // 0 pending, 1 item, 2 done
+  stored_message arrived;
+  std::optional<std::vector<std::byte>> kept;  // C API: an item that did not fit, returned next
+
+  const char* busy_reason() const override { return popping ? "waited on" : nullptr; }
+  void drain(std::vector<stored_message>& out) override {
+    for (auto& m : items) out.push_back(std::move(m));
+    items.clear();
+  }
+};
+
+std::shared_ptr<queue_state> state_of(std::uint32_t id) { return current().find<queue_state>(id, kind::queue); }
+
+void deliver_locked(queue_state& s, int to, stored_message item) {
+  services& sv = current();
+  if (to == sv.rank()) {
+    s.arrived = std::move(item);
+    s.result = 1;
+  } else {
+    item.forward(to);
+  }
+}
+
+void finish_round_locked(queue_state& s) {
+  services& sv = current();
+  for (int w : s.waiters) {
+    if (w == sv.rank())
+      s.result = 2;
+    else
+      send(w, sv.h_queue_reply, payload_builder(s.id, op_done).bytes(), annotation::none);
+  }
+  s.waiters.clear();
+}
+
+// Manager: matches stored items with waiters, then checks for termination (mu held).
+void match_locked(queue_state& s) {
+  while (!s.items.empty() && !s.waiters.empty()) {
+    stored_message item;
+    if (s.lifo) {
+      item = std::move(s.items.back());
+      s.items.pop_back();
+    } else {
+      item = std::move(s.items.front());
+      s.items.pop_front();
+    }
+    const int w = s.waiters.front();
+    s.waiters.pop_front();
+    deliver_locked(s, w, std::move(item));
+  }
+  if (s.items.empty() && static_cast<int>(s.waiters.size()) == current().size()) finish_round_locked(s);
+}
+
+}  // namespace
+
+void on_queue_push(message& m) {
+  payload_reader in(m.payload());
+  auto s = state_of(in.get<header>().id);
+  std::lock_guard lk(s->mu);
+  if (is_manager_role(*s, m, current().rank())) {
+    s->items.push_back(m.store());
+    match_locked(*s);
+  } else {  // an item forwarded to this consumer
+    s->arrived = m.store();
+    s->result = 1;
+  }
+}
+
+void on_queue_pop(message& m) {
+  payload_reader in(m.payload());
+  auto s = state_of(in.get<header>().id);
+  std::lock_guard lk(s->mu);
+  s->waiters.push_back(m.origin());
+  match_locked(*s);
+}
+
+void on_queue_reply(message& m) {
+  payload_reader in(m.payload());
+  auto s = state_of(in.get<header>().id);
+  std::lock_guard lk(s->mu);
+  s->result = 2;
+}
+
+}  // namespace mdsm::sync
+
+namespace mdsm {
+using namespace sync;
+
+work_queue::work_queue(order o, int manager) {
+  require_application_thread("work_queue::work_queue");
+  const bool lifo = o == order::lifo;
+  id_ = current().create<queue_state>(kind::queue, manager, lifo ? 2 : 0, lifo)->id;
+}
+
+work_queue::~work_queue() {
+  if (initialized()) current().destroy(id_);
+}
+
+void work_queue::push(std::span<const std::byte> item) {
+  auto s = state_of(id_);
+  send(s->manager, current().h_queue_push, payload_builder(id_, op_push).put_bytes(item).bytes(), annotation::release);
+}
+
+std::optional<std::vector<std::byte>> work_queue::pop() {
+  require_application_thread("work_queue::pop");
+  auto s = state_of(id_);
+  services& sv = current();
+  {
+    std::lock_guard lk(s->mu);
+    if (s->kept) {
+      auto v = std::move(s->kept);
+      s->kept.reset();
+      return v;
+    }
+    if (s->popping)
+      detail::fail(MDSM_ERR_BUSY, "work_queue #", id_, ": another thread of rank ", sv.rank(), " is popping");
+    s->popping = true;
+    s->result = 0;
+    if (s->manager == sv.rank()) {
+      s->waiters.push_back(sv.rank());
+      match_locked(*s);
+    } else {
+      send(s->manager, sv.h_queue_pop, payload_builder(id_, op_pop).bytes(), annotation::request);
+    }
+  }
+  wait_until([&] {
+    std::lock_guard lk(s->mu);
+    return s->result != 0;
+  });
+  stored_message item;
+  {
+    std::lock_guard lk(s->mu);
+    item = std::move(s->arrived);
+    s->popping = false;
+    s->result = 0;
+  }
+  if (!item) return std::nullopt;
+  item.accept();
+  payload_reader in(item.payload());
+  in.get<header>();
+  const auto rest = in.rest();
+  return std::vector<std::byte>(rest.begin(), rest.end());
+}
+
+void work_queue::check_item_size(std::size_t got, std::size_t want) const {
+  if (got != want)
+    detail::fail(MDSM_ERR_INVALID_ARGUMENT, "work_queue::pop_value: the item has ", got, " bytes, not ", want);
+}
+
+}  // namespace mdsm
+
+namespace mdsm::sync {
+// The C API's pop keeps an item that does not fit the caller's buffer for the next pop.
+void queue_keep(std::uint32_t id, std::vector<std::byte> item) {
+  auto s = state_of(id);
+  std::lock_guard lk(s->mu);
+  s->kept = std::move(item);
+}
+}  // namespace mdsm::sync

@@ -1,0 +1,401 @@
+// Coordination primitives across real ranks: mutual exclusion, grant order, try_lock by
+// lending, semaphores, condition variables, barriers (global and subset), the work queue with
+// termination, and the message counts each operation costs.
+#include "support/session.hpp"
+
+#include <mdsm/mdsm.h>
+
+#include <algorithm>
+#include <atomic>
+#include <mutex>
+#include <numeric>
+#include <vector>
+
+using namespace mdsm_test;
+
+namespace {
+// Sum over all ranks of the user messages sent (every annotation) plus forwards.
+std::uint64_t user_messages() {
+  const auto t = mdsm::statistics_total();
+  return t.at("msgs_sent_none") + t.at("msgs_sent_request") + t.at("msgs_sent_release") +
+         t.at("msgs_sent_release_nt") + t.at("msgs_forwarded");
+}
+}  // namespace
+
+TEST_CASE("mutex: N ranks x K increments end at N*K", "[sync][np2+]") {
+  session s;
+  const int n = mdsm::size();
+  constexpr int k = 200;
+  mdsm::mutex m;
+  mdsm::barrier b;
+  auto* counter = mdsm::alloc_collective_array<long>(2);  // [0] guarded, [1] never touched
+  if (mdsm::rank() == 0) counter[0] = counter[1] = 0;
+  b.arrive_and_wait();
+  for (int i = 0; i < k; ++i) {
+    std::lock_guard g(m);
+    const long v = counter[0];
+    counter[0] = v + 1;
+  }
+  b.arrive_and_wait();
+  CHECK(counter[0] == static_cast<long>(n) * k);
+  CHECK(counter[1] == 0);
+  b.arrive_and_wait();
+}
+
+TEST_CASE("mutex: grants follow request order, through forwarding", "[sync][np3+]") {
+  MDSM_NEED_RANKS(3);
+  session s;
+  const int me = mdsm::rank(), n = mdsm::size();
+  std::atomic<int> go{0};
+  const auto go_h = mdsm::register_handler("test.sync.go", [&](mdsm::message&) { go.store(1); });
+  mdsm::mutex m(0);
+  mdsm::barrier b;
+  auto* log = mdsm::alloc_collective_array<int>(static_cast<std::size_t>(n) + 1);  // [0] = length
+  if (me == 0) {
+    std::fill(log, log + n + 1, 0);
+    m.lock();
+  }
+  b.arrive_and_wait();
+  if (me == 0) {
+    const auto base = mdsm::statistics().at("msgs_received_request");
+    // Let ranks request one after another, each only once the previous request reached us.
+    for (int r = n - 1; r >= 1; --r) {
+      mdsm::send(r, go_h, {}, mdsm::annotation::none);
+      const auto want = base + static_cast<std::uint64_t>(n - r);
+      mdsm::wait_until([&] { return mdsm::statistics().at("msgs_received_request") >= want; });
+    }
+    m.unlock();
+  } else {
+    mdsm::wait_until([&] { return go.load() == 1; });
+    std::lock_guard g(m);
+    log[1 + log[0]] = me;
+    ++log[0];
+  }
+  b.arrive_and_wait();
+  REQUIRE(log[0] == n - 1);
+  for (int i = 0; i < n - 1; ++i) CHECK(log[1 + i] == n - 1 - i);  // requested from n-1 down to 1
+  b.arrive_and_wait();
+}
+
+TEST_CASE("mutex: try_lock fails while held, lends a free lock, and the loan carries writes", "[sync][np2+]") {
+  session s;
+  const int me = mdsm::rank(), n = mdsm::size();
+  mdsm::mutex m(0);
+  mdsm::barrier b;
+  auto* x = mdsm::alloc_collective_array<int>(1);
+  if (me == 0) {
+    *x = 0;
+    m.lock();
+  }
+  b.arrive_and_wait();
+  if (me == 1) CHECK_FALSE(m.try_lock());
+  b.arrive_and_wait();
+  if (me == 0) {
+    *x = 10;
+    m.unlock();
+  }
+  b.arrive_and_wait();
+  if (me == 1) {
+    REQUIRE(m.try_lock());  // the free token at rank 0 is lent
+    CHECK(*x == 10);
+    *x = 11;
+    m.unlock();  // returned to rank 0
+  }
+  b.arrive_and_wait();
+  // Every rank in turn sees all earlier writes through the lock.
+  for (int r = 0; r < n; ++r) {
+    if (me == r) {
+      std::lock_guard g(m);
+      CHECK(*x == 11 + r);
+      *x = 12 + r;
+    }
+    b.arrive_and_wait();
+  }
+}
+
+TEST_CASE("mutex: message counts of uncontended remote acquires", "[sync][np3+]") {
+  MDSM_NEED_RANKS(3);
+  session s;
+  const int me = mdsm::rank();
+  mdsm::mutex m(0);  // free at its manager
+  world_barrier();
+  auto before = user_messages();
+  if (me == 1) {
+    m.lock();
+    m.unlock();
+  }
+  world_barrier();
+  CHECK(user_messages() - before == 2);  // REQUEST to the manager, RELEASE grant
+  before = user_messages();
+  if (me == 2) {
+    m.lock();  // the token is cached at rank 1: manager forwards the REQUEST there
+    m.unlock();
+  }
+  world_barrier();
+  CHECK(user_messages() - before == 3);
+  before = user_messages();
+  if (me == 2) {
+    m.lock();  // cached here now: no messages at all
+    m.unlock();
+  }
+  world_barrier();
+  CHECK(user_messages() - before == 0);
+}
+
+TEST_CASE("barrier: every rank's writes are visible to all, and it costs 2(N-1) messages", "[sync][np2+]") {
+  session s;
+  const int me = mdsm::rank(), n = mdsm::size();
+  mdsm::barrier b;
+  auto* slots = mdsm::alloc_collective_array<int>(static_cast<std::size_t>(n));  // one page: false sharing
+  for (int round = 1; round <= 20; ++round) {
+    slots[me] = round * 100 + me;
+    b.arrive_and_wait();
+    for (int r = 0; r < n; ++r) CHECK(slots[r] == round * 100 + r);
+    b.arrive_and_wait();
+  }
+  world_barrier();
+  const auto before = mdsm::statistics_total();
+  world_barrier();
+  b.arrive_and_wait();
+  world_barrier();
+  const auto after = mdsm::statistics_total();
+  CHECK(after.at("msgs_sent_release_nt") - before.at("msgs_sent_release_nt") == static_cast<std::uint64_t>(n - 1));
+  CHECK(after.at("msgs_sent_release") - before.at("msgs_sent_release") == static_cast<std::uint64_t>(n - 1));
+}
+
+TEST_CASE("barrier: a subset of ranks synchronizes among itself", "[sync][np3+]") {
+  MDSM_NEED_RANKS(3);
+  session s;
+  const int me = mdsm::rank(), n = mdsm::size();
+  const std::vector<int> evens = [&] {
+    std::vector<int> v;
+    for (int r = 0; r < n; r += 2) v.push_back(r);
+    return v;
+  }();
+  mdsm::barrier sub(evens);
+  mdsm::barrier all;
+  auto* slots = mdsm::alloc_collective_array<int>(static_cast<std::size_t>(n));
+  slots[me] = 0;
+  all.arrive_and_wait();
+  if (me % 2 == 0) {
+    for (int round = 1; round <= 10; ++round) {
+      slots[me] = round;
+      sub.arrive_and_wait();
+      for (int r : evens) CHECK(slots[r] == round);
+      sub.arrive_and_wait();
+    }
+  } else {
+    CHECK_THROWS_MATCHES(sub.arrive_and_wait(), mdsm::error, Catch::Predicate<mdsm::error>([](const mdsm::error& e) {
+                           return e.code() == MDSM_ERR_INVALID_ARGUMENT;
+                         }));
+  }
+  all.arrive_and_wait();
+}
+
+TEST_CASE("semaphore: permits carry the releaser's writes", "[sync][np2+]") {
+  session s;
+  const int me = mdsm::rank(), n = mdsm::size();
+  mdsm::semaphore sem(0, 0);
+  mdsm::semaphore initial(1);
+  mdsm::barrier b;
+  auto* data = mdsm::alloc_collective_array<int>(static_cast<std::size_t>(n));
+  if (me != 0) CHECK_FALSE(sem.try_acquire());
+  b.arrive_and_wait();
+  if (me != 0) {
+    data[me] = 1000 + me;
+    sem.release();
+  } else {
+    for (int i = 1; i < n; ++i) sem.acquire();
+    for (int r = 1; r < n; ++r) CHECK(data[r] == 1000 + r);  // each permit brought its writer's data
+  }
+  b.arrive_and_wait();
+  // The initial permit: exactly one rank gets it with try_acquire... then it is released again.
+  const bool got = initial.try_acquire();
+  CHECK(world_sum(got ? 1 : 0) == 1);
+  b.arrive_and_wait();
+  if (got) initial.release();
+  b.arrive_and_wait();
+}
+
+TEST_CASE("condition variable: producer and consumers over a bounded buffer", "[sync][np2+]") {
+  session s;
+  const int me = mdsm::rank(), n = mdsm::size();
+  constexpr int items = 300, cap = 4;
+  struct buffer {
+    int head, tail, count, done;
+    long sum;
+    int slots[cap];
+  };
+  mdsm::mutex m(0);
+  mdsm::condition_variable not_empty, not_full;
+  mdsm::barrier b;
+  auto* buf = mdsm::alloc_collective_array<buffer>(1);
+  if (me == 0) *buf = buffer{};
+  b.arrive_and_wait();
+  if (me == 0) {
+    for (int i = 1; i <= items; ++i) {
+      std::unique_lock lk(m);
+      not_full.wait(lk, [&] { return buf->count < cap; });
+      buf->slots[buf->tail] = i;
+      buf->tail = (buf->tail + 1) % cap;
+      ++buf->count;
+      not_empty.notify_one();
+    }
+    std::unique_lock lk(m);
+    buf->done = 1;
+    not_empty.notify_all();
+  }
+  if (me != 0 || n == 1) {
+    for (;;) {
+      std::unique_lock lk(m);
+      not_empty.wait(lk, [&] { return buf->count > 0 || buf->done; });
+      if (buf->count == 0) break;
+      buf->sum += buf->slots[buf->head];
+      buf->head = (buf->head + 1) % cap;
+      --buf->count;
+      not_full.notify_one();
+    }
+  }
+  b.arrive_and_wait();
+  CHECK(buf->sum == static_cast<long>(items) * (items + 1) / 2);
+  b.arrive_and_wait();
+}
+
+TEST_CASE("work queue: 100,000 items carrying pointers, none lost or duplicated, then termination",
+          "[sync][np2+]") {
+  session s;
+  const int me = mdsm::rank(), n = mdsm::size();
+  constexpr int total = 100000;
+  const int per = total / n + (me < total % n ? 1 : 0);
+  const int first = me * (total / n) + std::min(me, total % n);
+  struct item {
+    const long* data;
+    int id;
+  };
+  mdsm::work_queue q;
+  auto* data = mdsm::alloc_array<long>(static_cast<std::size_t>(per));
+  for (int i = 0; i < per; ++i) data[i] = 7L * (first + i) + 3;
+  for (int i = 0; i < per; ++i) q.push_value(item{data + i, first + i});
+  std::vector<int> got;
+  int bad = 0;
+  while (auto it = q.pop_value<item>()) {
+    if (*it->data != 7L * it->id + 3) ++bad;
+    got.push_back(it->id);
+  }
+  CHECK(bad == 0);
+  // Gather every id at rank 0: each exactly once.
+  int mine = static_cast<int>(got.size());
+  std::vector<int> counts(static_cast<std::size_t>(n)), displs(static_cast<std::size_t>(n));
+  MPI_Gather(&mine, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, MPI_COMM_WORLD);
+  std::partial_sum(counts.begin(), counts.end() - 1, displs.begin() + 1);
+  std::vector<int> all(me == 0 ? total : 0);
+  if (me == 0) REQUIRE(std::accumulate(counts.begin(), counts.end(), 0) == total);
+  MPI_Gatherv(got.data(), mine, MPI_INT, all.data(), counts.data(), displs.data(), MPI_INT, 0, MPI_COMM_WORLD);
+  if (me == 0) {
+    std::sort(all.begin(), all.end());
+    for (int i = 0; i < total; ++i)
+      if (all[static_cast<std::size_t>(i)] != i) FAIL("item " << i << " lost or duplicated");
+  }
+  world_barrier();
+  mdsm::free(data);
+}
+
+TEST_CASE("work stack: LIFO order at the manager, termination with an empty stack", "[sync][np2+]") {
+  session s;
+  const int me = mdsm::rank();
+  mdsm::work_queue st(mdsm::work_queue::order::lifo, 0);
+  mdsm::barrier b;
+  if (me == 0) {
+    for (int i = 0; i < 5; ++i) st.push_value(i);
+    b.arrive_and_wait();
+    b.arrive_and_wait();
+    for (int i = 4; i >= 0; --i) CHECK(st.pop_value<int>() == i);  // others wait: only the manager pops
+    CHECK_FALSE(st.pop_value<int>().has_value());
+  } else {
+    b.arrive_and_wait();
+    b.arrive_and_wait();
+    CHECK_FALSE(st.pop().has_value());  // terminates once rank 0 waits on the empty stack
+  }
+  world_barrier();
+}
+
+TEST_CASE("sync misuse returns clear errors", "[sync][np2+]") {
+  session s;
+  const int me = mdsm::rank(), n = mdsm::size();
+  auto code_is = [](mdsm_status c) {
+    return Catch::Predicate<mdsm::error>([c](const mdsm::error& e) { return e.code() == c; });
+  };
+  mdsm::mutex m;
+  CHECK_THROWS_MATCHES(m.unlock(), mdsm::error, code_is(MDSM_ERR_NOT_HELD));
+  mdsm::condition_variable cv;
+  CHECK_THROWS_MATCHES(cv.wait(m), mdsm::error, code_is(MDSM_ERR_NOT_HELD));
+  CHECK_THROWS_MATCHES(mdsm::mutex(n), mdsm::error, code_is(MDSM_ERR_INVALID_RANK));
+  CHECK_THROWS_MATCHES(mdsm::semaphore(-1), mdsm::error, code_is(MDSM_ERR_INVALID_ARGUMENT));
+  // Participant lists that differ between ranks.
+  {
+    std::vector<int> mine{0, me == 0 ? 1 : n - 1};
+    if (n == 2) mine = me == 0 ? std::vector<int>{0} : std::vector<int>{0, 1};
+    CHECK_THROWS_MATCHES(mdsm::barrier(mine), mdsm::error, code_is(MDSM_ERR_MISMATCH));
+  }
+  // Blocking from a handler.
+  std::atomic<int> code{0};
+  const auto h = mdsm::register_handler("test.sync.misuse", [&](mdsm::message&) {
+    try {
+      m.lock();
+    } catch (const mdsm::error& e) {
+      code.store(e.code());
+    }
+  });
+  mdsm::send((me + 1) % n, h, {}, mdsm::annotation::none);
+  mdsm::wait_until([&] { return code.load() != 0; });
+  CHECK(code.load() == MDSM_ERR_HANDLER_CONTEXT);
+  world_barrier();
+  // Destroying a held mutex is reported by the next call.
+  {
+    mdsm::mutex held(0);
+    if (me == 0) held.lock();
+  }
+  if (me == 0) CHECK_THROWS_MATCHES(mdsm::rank(), mdsm::error, code_is(MDSM_ERR_BUSY));
+  world_barrier();
+}
+
+TEST_CASE("C API: a counter under an mdsm_mutex, and a barrier", "[sync][capi][np2+]") {
+  session s;
+  const int n = mdsm::size();
+  mdsm_mutex* m = nullptr;
+  mdsm_barrier* b = nullptr;
+  REQUIRE(mdsm_mutex_create(-1, &m) == MDSM_SUCCESS);
+  REQUIRE(mdsm_barrier_create(nullptr, 0, &b) == MDSM_SUCCESS);
+  auto* counter = mdsm::alloc_collective_array<int>(1);
+  *counter = 0;
+  REQUIRE(mdsm_barrier_wait(b) == MDSM_SUCCESS);
+  for (int i = 0; i < 50; ++i) {
+    REQUIRE(mdsm_mutex_lock(m) == MDSM_SUCCESS);
+    ++*counter;
+    REQUIRE(mdsm_mutex_unlock(m) == MDSM_SUCCESS);
+  }
+  CHECK(mdsm_mutex_unlock(m) == MDSM_ERR_NOT_HELD);
+  CHECK(std::string(mdsm_last_error()).find("not held") != std::string::npos);
+  REQUIRE(mdsm_barrier_wait(b) == MDSM_SUCCESS);
+  CHECK(*counter == 50 * n);
+  REQUIRE(mdsm_barrier_wait(b) == MDSM_SUCCESS);
+  mdsm_queue* q = nullptr;
+  REQUIRE(mdsm_queue_create(0, 0, &q) == MDSM_SUCCESS);
+  const long v = 42;
+  REQUIRE(mdsm_queue_push(q, &v, sizeof v) == MDSM_SUCCESS);
+  char small[2];
+  std::size_t len = 0;
+  int got = 0;
+  CHECK(mdsm_queue_pop(q, small, sizeof small, &len, &got) == MDSM_ERR_INVALID_ARGUMENT);
+  CHECK(len == sizeof v);
+  long out = 0;
+  REQUIRE(mdsm_queue_pop(q, &out, sizeof out, &len, &got) == MDSM_SUCCESS);  // the kept item
+  CHECK(got == 1);
+  CHECK(out == 42);
+  REQUIRE(mdsm_barrier_wait(b) == MDSM_SUCCESS);  // every rank has taken its one item
+  REQUIRE(mdsm_queue_pop(q, &out, sizeof out, &len, &got) == MDSM_SUCCESS);
+  CHECK(got == 0);  // every rank waits on the empty queue: terminated
+  CHECK(mdsm_queue_destroy(q) == MDSM_SUCCESS);
+  CHECK(mdsm_barrier_destroy(b) == MDSM_SUCCESS);
+  CHECK(mdsm_mutex_destroy(m) == MDSM_SUCCESS);
+}

@@ -60,10 +60,8 @@ struct barrier_state final : object {
 
 std::shared_ptr<barrier_state> state_of(std::uint32_t id) { return current().find<barrier_state>(id, kind::barrier); }
 
-std::uint64_t gc_threshold() {
-  static const std::uint64_t t = detail::env_size("MDSM_GC_THRESHOLD", std::uint64_t{64} << 20);
-  return t;
-}
+// Read at every barrier (cheap next to the messages) so a program may change it while it runs.
+std::uint64_t gc_threshold() { return detail::env_size("MDSM_GC_THRESHOLD", std::uint64_t{64} << 20); }
 
 std::uint64_t list_hash(const std::vector<int>& v) {
   std::uint64_t h = 1469598103934665603ull;

@@ -163,6 +163,27 @@ TEST_CASE("barrier: every rank's writes are visible to all, and it costs 2(N-1) 
   CHECK(after.at("msgs_sent_release") - before.at("msgs_sent_release") == static_cast<std::uint64_t>(n - 1));
 }
 
+TEST_CASE("barrier: collects garbage once metadata passes MDSM_GC_THRESHOLD, values intact", "[sync][gc][np2+]") {
+  session s;
+  const int me = mdsm::rank(), n = mdsm::size();
+  mdsm::barrier b;
+  constexpr std::size_t pages = 16, words = pages * 1024;
+  auto* a = mdsm::alloc_collective_array<int>(words);
+  setenv("MDSM_GC_THRESHOLD", "1", 1);  // any metadata at all
+  for (int round = 1; round <= 5; ++round) {
+    for (std::size_t i = static_cast<std::size_t>(me); i < words; i += static_cast<std::size_t>(n))
+      a[i] = round * 7 + static_cast<int>(i);
+    b.arrive_and_wait();
+    CHECK(stat("gc_runs") == static_cast<std::uint64_t>(round));
+    int bad = 0;
+    for (std::size_t i = 0; i < words; ++i) bad += a[i] != round * 7 + static_cast<int>(i);
+    CHECK(bad == 0);
+    b.arrive_and_wait();
+  }
+  unsetenv("MDSM_GC_THRESHOLD");
+  b.arrive_and_wait();
+}
+
 TEST_CASE("barrier: a subset of ranks synchronizes among itself", "[sync][np3+]") {
   MDSM_NEED_RANKS(3);
   session s;

@@ -1,0 +1,235 @@
+// Coordination latency, mdsm next to MPI on the same transport, in one run:
+//   lock acquire+release, uncontended (one rank locks repeatedly) and contended (every rank
+//   hammers one lock), for an mdsm::mutex, MPI_Win_lock(MPI_LOCK_EXCLUSIVE) and an MCS queue
+//   lock on MPI_Fetch_and_op/MPI_Compare_and_swap; barrier: mdsm::barrier vs MPI_Barrier.
+// Each critical section increments a shared counter (coherent memory for mdsm, the window for
+// MPI) and the counter is checked at the end.
+//
+// Every rank runs the same benchmarks with fixed iteration counts (so they stay in step);
+// rank 0 reports. Run: tools/mdsmrun -n 2 build/bench/bench_sync
+#include <mdsm/mdsm.hpp>
+
+#include <benchmark/benchmark.h>
+#include <mpi.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+
+namespace {
+
+constexpr int k_iterations = 2000;
+int g_rank = 0, g_size = 1;
+// Where the lock and the counter live: the last rank, so rank 0 (which reports) works remotely.
+int target() { return g_size - 1; }
+MPI_Comm g_comm;  // the benchmark's own communicator
+
+void fail(const char* what) {
+  std::fprintf(stderr, "bench_sync: %s\n", what);
+  MPI_Abort(MPI_COMM_WORLD, 1);
+}
+
+// ---- MCS lock on MPI RMA (Mellor-Crummey & Scott; the MPI-3 formulation of "Using Advanced
+// MPI", ch. 4): the target rank holds the tail; each rank has {locked, next} in its window part.
+class mcs_lock {
+ public:
+  explicit mcs_lock(MPI_Comm comm) {
+    MPI_Win_allocate(3 * sizeof(int), sizeof(int), MPI_INFO_NULL, comm, &base_, &win_);
+    base_[k_next] = -1;
+    base_[k_locked] = 0;
+    base_[k_tail] = -1;
+    MPI_Win_lock_all(0, win_);
+    MPI_Barrier(comm);
+  }
+  ~mcs_lock() {
+    MPI_Win_unlock_all(win_);
+    MPI_Win_free(&win_);
+  }
+  void lock() {
+    base_[k_next] = -1;
+    base_[k_locked] = 1;
+    MPI_Win_sync(win_);
+    int prev = -1;
+    MPI_Fetch_and_op(&g_rank, &prev, MPI_INT, target(), k_tail, MPI_REPLACE, win_);
+    MPI_Win_flush(target(), win_);
+    if (prev == -1) return;
+    MPI_Accumulate(&g_rank, 1, MPI_INT, prev, k_next, 1, MPI_INT, MPI_REPLACE, win_);
+    MPI_Win_flush(prev, win_);
+    int locked = 1;
+    do {
+      MPI_Fetch_and_op(nullptr, &locked, MPI_INT, g_rank, k_locked, MPI_NO_OP, win_);
+      MPI_Win_flush(g_rank, win_);
+    } while (locked == 1);
+  }
+  void unlock() {
+    int next = -1;
+    MPI_Fetch_and_op(nullptr, &next, MPI_INT, g_rank, k_next, MPI_NO_OP, win_);
+    MPI_Win_flush(g_rank, win_);
+    if (next == -1) {
+      int nobody = -1, old = -1;
+      MPI_Compare_and_swap(&nobody, &g_rank, &old, MPI_INT, target(), k_tail, win_);
+      MPI_Win_flush(target(), win_);
+      if (old == g_rank) return;
+      do {  // a successor is linking itself in
+        MPI_Fetch_and_op(nullptr, &next, MPI_INT, g_rank, k_next, MPI_NO_OP, win_);
+        MPI_Win_flush(g_rank, win_);
+      } while (next == -1);
+    }
+    const int zero = 0;
+    MPI_Accumulate(&zero, 1, MPI_INT, next, k_locked, 1, MPI_INT, MPI_REPLACE, win_);
+    MPI_Win_flush(next, win_);
+  }
+
+ private:
+  static constexpr int k_next = 0, k_locked = 1, k_tail = 2;
+  int* base_ = nullptr;
+  MPI_Win win_;
+};
+
+// A counter in an MPI window at the target rank, incremented inside the MPI critical sections.
+struct mpi_counter {
+  long* base = nullptr;
+  MPI_Win win;
+  mpi_counter() {
+    MPI_Win_allocate(sizeof(long), sizeof(long), MPI_INFO_NULL, g_comm, &base, &win);
+    *base = 0;
+    MPI_Barrier(g_comm);
+  }
+  ~mpi_counter() { MPI_Win_free(&win); }
+};
+
+// Which ranks take part: uncontended = rank 0 only; contended = every rank.
+bool takes_part(bool contended) { return contended || g_rank == 0; }
+
+void check(bool ok, benchmark::State& state) {
+  int mine = ok ? 1 : 0, all = 0;
+  MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, g_comm);
+  if (!all) state.SkipWithError("wrong counter value");
+}
+
+void mdsm_lock(benchmark::State& state) {
+  const bool contended = state.range(0) != 0;
+  mdsm::mutex m(target());
+  static long* counter = nullptr;
+  if (counter == nullptr) counter = mdsm::alloc_collective_array<long>(1);
+  mdsm::barrier b;
+  if (g_rank == target()) *counter = 0;
+  b.arrive_and_wait();
+  long rounds = 0;
+  for (auto _ : state) {
+    if (takes_part(contended)) {
+      m.lock();
+      ++*counter;
+      m.unlock();
+    }
+    ++rounds;
+  }
+  b.arrive_and_wait();
+  check(*counter == rounds * (contended ? g_size : 1), state);
+  b.arrive_and_wait();
+}
+
+void mpi_win_lock(benchmark::State& state) {
+  const bool contended = state.range(0) != 0;
+  mpi_counter c;
+  long rounds = 0;
+  for (auto _ : state) {
+    if (takes_part(contended)) {
+      MPI_Win_lock(MPI_LOCK_EXCLUSIVE, target(), 0, c.win);
+      long v = 0;
+      MPI_Get(&v, 1, MPI_LONG, target(), 0, 1, MPI_LONG, c.win);
+      MPI_Win_flush(target(), c.win);
+      ++v;
+      MPI_Put(&v, 1, MPI_LONG, target(), 0, 1, MPI_LONG, c.win);
+      MPI_Win_unlock(target(), c.win);
+    }
+    ++rounds;
+  }
+  MPI_Barrier(g_comm);
+  MPI_Win_lock(MPI_LOCK_SHARED, target(), 0, c.win);
+  long v = 0;
+  MPI_Get(&v, 1, MPI_LONG, target(), 0, 1, MPI_LONG, c.win);
+  MPI_Win_unlock(target(), c.win);
+  check(v == rounds * (contended ? g_size : 1), state);
+}
+
+void mpi_mcs_lock(benchmark::State& state) {
+  const bool contended = state.range(0) != 0;
+  mpi_counter c;
+  mcs_lock l(g_comm);
+  MPI_Win_lock_all(0, c.win);
+  long rounds = 0;
+  for (auto _ : state) {
+    if (takes_part(contended)) {
+      l.lock();
+      long v = 0;
+      MPI_Get(&v, 1, MPI_LONG, target(), 0, 1, MPI_LONG, c.win);
+      MPI_Win_flush(target(), c.win);
+      ++v;
+      MPI_Put(&v, 1, MPI_LONG, target(), 0, 1, MPI_LONG, c.win);
+      MPI_Win_flush(target(), c.win);
+      l.unlock();
+    }
+    ++rounds;
+  }
+  MPI_Win_unlock_all(c.win);
+  MPI_Barrier(g_comm);
+  MPI_Win_lock(MPI_LOCK_SHARED, target(), 0, c.win);
+  long v = 0;
+  MPI_Get(&v, 1, MPI_LONG, target(), 0, 1, MPI_LONG, c.win);
+  MPI_Win_unlock(target(), c.win);
+  check(v == rounds * (contended ? g_size : 1), state);
+}
+
+void mdsm_barrier(benchmark::State& state) {
+  mdsm::barrier b;
+  for (auto _ : state) b.arrive_and_wait();
+}
+
+void mpi_barrier(benchmark::State& state) {
+  for (auto _ : state) MPI_Barrier(g_comm);
+}
+
+void register_all() {
+  auto fixed = [](benchmark::internal::Benchmark* b) {
+    b->Iterations(k_iterations)->Repetitions(5)->ReportAggregatesOnly(true)->Unit(benchmark::kMicrosecond);
+  };
+  for (int contended : {0, 1}) {
+    const char* tag = contended ? "contended" : "uncontended";
+    fixed(benchmark::RegisterBenchmark((std::string("lock/") + tag + "/mdsm_mutex").c_str(), mdsm_lock)->Arg(contended));
+    fixed(benchmark::RegisterBenchmark((std::string("lock/") + tag + "/MPI_Win_lock_exclusive").c_str(), mpi_win_lock)
+              ->Arg(contended));
+    fixed(benchmark::RegisterBenchmark((std::string("lock/") + tag + "/MPI_RMA_MCS").c_str(), mpi_mcs_lock)
+              ->Arg(contended));
+  }
+  fixed(benchmark::RegisterBenchmark("barrier/mdsm_barrier", mdsm_barrier));
+  fixed(benchmark::RegisterBenchmark("barrier/MPI_Barrier", mpi_barrier));
+}
+
+// Non-zero ranks run the same benchmarks but report nothing.
+class silent_reporter : public benchmark::BenchmarkReporter {
+ public:
+  bool ReportContext(const Context&) override { return true; }
+  void ReportRuns(const std::vector<Run>&) override {}
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  mdsm::init(&argc, &argv);
+  g_rank = mdsm::rank();
+  g_size = mdsm::size();
+  MPI_Comm_dup(MPI_COMM_WORLD, &g_comm);
+  benchmark::Initialize(&argc, argv);
+  register_all();
+  if (g_rank == 0) {
+    std::printf("ranks: %d (medians of 5 repetitions x %d operations)\n", g_size, k_iterations);
+    benchmark::RunSpecifiedBenchmarks();
+  } else {
+    silent_reporter quiet;
+    benchmark::RunSpecifiedBenchmarks(&quiet);
+  }
+  MPI_Comm_free(&g_comm);
+  mdsm::finalize();
+  return 0;
+}

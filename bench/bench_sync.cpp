@@ -24,11 +24,6 @@ int g_rank = 0, g_size = 1;
 int target() { return g_size - 1; }
 MPI_Comm g_comm;  // the benchmark's own communicator
 
-void fail(const char* what) {
-  std::fprintf(stderr, "bench_sync: %s\n", what);
-  MPI_Abort(MPI_COMM_WORLD, 1);
-}
-
 // ---- MCS lock on MPI RMA (Mellor-Crummey & Scott; the MPI-3 formulation of "Using Advanced
 // MPI", ch. 4): the target rank holds the tail; each rank has {locked, next} in its window part.
 class mcs_lock {

@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -61,13 +62,37 @@ inline double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
+// The counters and time of a measured section, taken when it ends, so that verification and
+// tear-down after it are not counted (the CarlOS tables count the parallel section only).
+struct measurement {
+  double seconds = 0;                              // this rank's time for the section
+  std::map<std::string, std::uint64_t> mine;       // this rank's counters
+  std::map<std::string, std::uint64_t> total;      // every rank's counters summed
+};
+
+// Collective: lines the ranks up, zeroes the counters and returns the start time.
+inline double begin_measurement() {
+  MPI_Barrier(MPI_COMM_WORLD);
+  mdsm::statistics_reset();
+  MPI_Barrier(MPI_COMM_WORLD);
+  return now_s();
+}
+
+// Collective: ends the section begun at `start` (take the time before any verification).
+inline measurement end_measurement(double start) {
+  measurement m;
+  m.seconds = now_s() - start;
+  m.mine = mdsm::statistics();
+  m.total = mdsm::statistics_total();
+  return m;
+}
+
 // Collective. Prints the result lines on rank 0 and returns the process exit code (0 only if
-// every rank verified). `seconds` is this rank's time for the measured section; the reported
-// time is the maximum over ranks. Call statistics_reset() (collectively, after a barrier) just
-// before the measured section so the counts cover it alone.
-inline int report(std::string_view app, std::string_view version, bool verified, double seconds) {
-  const auto mine = mdsm::statistics();
-  const auto total = mdsm::statistics_total();
+// every rank verified). The reported time is the maximum of the ranks' section times.
+inline int report(std::string_view app, std::string_view version, bool verified, const measurement& m) {
+  const auto& mine = m.mine;
+  const auto& total = m.total;
+  const double seconds = m.seconds;
   const int me = mdsm::rank(), n = mdsm::size();
 
   int ok_local = verified ? 1 : 0, ok_all = 0;

@@ -160,6 +160,7 @@ class engine {
   std::uint32_t next_token_ = 1;
 
   std::atomic<std::int64_t> metadata_bytes_{0};
+  std::atomic<std::uint32_t> next_diff_serial_{1};  // diff::serial of the next diff made here
 };
 
 }  // namespace mdsm::coherence

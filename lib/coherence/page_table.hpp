@@ -46,6 +46,11 @@ struct page_entry {
   std::vector<record_ptr> pending;        // other ranks' write notices not yet applied
   std::vector<own_notice> own;            // this rank's write notices (until collected)
   std::vector<diff_ptr> open_pieces;      // diffs of current-interval writes made before it closed
+  // Per creator, the newest diff serial applied to this copy: (creator, serial). A piece made
+  // lazily covers every interval that awaited the twin, so a later fetch for one of those
+  // intervals brings it back; applying it again would undo writes made since (by this rank or
+  // applied from others). Pieces of one creator are made in serial order.
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> applied;
 };
 
 class page_table {

@@ -9,7 +9,8 @@
 //   op_interval_reply     u32 n, interval_record[n]
 //
 // pieces = u32 count, then per piece: u32 n, u32 interval[n] (the requested intervals the
-// piece belongs to), u32 length, length bytes of encoded diff.
+// piece belongs to), u32 serial (the creator's diff serial: a receiver applies each piece at
+// most once), u32 length, length bytes of encoded diff.
 #pragma once
 
 #include <cstdint>

@@ -234,7 +234,7 @@ bool engine::validate(std::uint32_t u, access how) {
 
 bool engine::on_fault(const os::fault_info& f) {
   if (!region_.contains(f.addr)) return false;
-  char text[320];
+  char text[512];
   if (const char* h = net::current_handler()) {
     std::snprintf(text, sizeof text,
                   "mdsm: message handler '%s' touched coherent memory at %p; handlers must not access the coherent "
@@ -254,9 +254,13 @@ bool engine::on_fault(const os::fault_info& f) {
   }
   if (ok) return true;
   const int owner = region_.arena_owner(u);
+  char where[64];
+  if (owner < 0) std::snprintf(where, sizeof where, "the collective arena");
+  else std::snprintf(where, sizeof where, "rank %d's arena", owner);
   std::snprintf(text, sizeof text,
-                "mdsm: rank %d accessed unallocated coherent memory at %p (unit %u, %s arena%s%d)\n", rank_, f.addr, u,
-                owner < 0 ? "collective" : "rank", owner < 0 ? "" : " ", owner < 0 ? 0 : owner);
+                "mdsm: rank %d accessed unallocated coherent memory at %p (unit %u, in %s): nothing is allocated "
+                "there now (never allocated, or freed); the access is reported as a segmentation fault\n",
+                rank_, f.addr, u, where);
   std::fputs(text, stderr);
   return false;  // chained: the process gets the SIGSEGV it would get without mdsm
 }

@@ -90,6 +90,9 @@ struct program {
   std::vector<int> subset;  // participants of the subset barrier (empty: none)
   bool progress_thread = true;
   bool gc_at_barriers = false;  // MDSM_GC_THRESHOLD=1: every global barrier collects
+  int owner = -1;               // >= 0: the words live in this rank's arena (mdsm::alloc), so the
+                                // others start with no copy and fetch whole pages from it
+  std::size_t unit_pages = 1;   // coherence unit: 2 puts two of the test's pages in one unit
   std::string summary;
 };
 
@@ -309,10 +312,15 @@ program generate(std::uint64_t seed, int n) {
   emit_all(step{kind::barrier});
   for (const auto& w : ws) p.final_values.push_back(w.value);
   p.final_counters = counter_value;
+  // Drawn last so that adding them kept the schedules of earlier seeds.
+  if (chance(40)) p.owner = static_cast<int>(pick(static_cast<std::size_t>(n)));
+  if (chance(20)) p.unit_pages = 2;
   std::ostringstream sum;
   sum << p.pages << " pages, " << words << " words, " << writes << " writes, " << reads << " reads, " << sends
       << " messages, " << barriers << " barriers, " << phases << " mutex phases, " << gcs << " gc, progress thread "
       << (p.progress_thread ? "on" : "off") << (p.gc_at_barriers ? ", gc at every barrier" : "");
+  if (p.owner >= 0) sum << ", words in rank " << p.owner << "'s arena";
+  if (p.unit_pages > 1) sum << ", " << p.unit_pages << "-page units";
   p.summary = sum.str();
   return p;
 }
@@ -341,6 +349,7 @@ std::string run(std::uint64_t seed, const program& p) {
   mdsm::options opts;
   opts.coherent_size = std::size_t{64} << 20;
   opts.progress_thread = p.progress_thread;
+  opts.unit_pages = p.unit_pages;
   if (p.gc_at_barriers) setenv("MDSM_GC_THRESHOLD", "1", 1);
   else unsetenv("MDSM_GC_THRESHOLD");
   session s(opts);
@@ -384,7 +393,16 @@ std::string run(std::uint64_t seed, const program& p) {
   std::unique_ptr<mdsm::barrier> sub;
   if (!p.subset.empty()) sub = std::make_unique<mdsm::barrier>(std::span<const int>(p.subset));
   mdsm::mutex locks[2];
-  auto* base = static_cast<std::uint32_t*>(mdsm::alloc_collective(p.pages * k_page_words * 4));
+  const std::size_t bytes = p.pages * k_page_words * 4;
+  std::uint32_t* base = nullptr;
+  if (p.owner < 0) {
+    base = static_cast<std::uint32_t*>(mdsm::alloc_collective(bytes));
+  } else {
+    long long addr = 0;
+    if (me == p.owner) addr = reinterpret_cast<long long>(mdsm::alloc(bytes));
+    MPI_Bcast(&addr, 1, MPI_LONG_LONG, p.owner, MPI_COMM_WORLD);  // fresh memory: zero everywhere
+    base = reinterpret_cast<std::uint32_t*>(addr);
+  }
   auto word = [&](std::uint32_t w) -> std::uint32_t& { return base[p.word_offset[w]]; };
   auto counter = [&](std::uint32_t c) -> std::uint32_t& { return base[p.counter_offset[c]]; };
   all.arrive_and_wait();

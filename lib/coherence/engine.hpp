@@ -1,6 +1,6 @@
 // The coherence engine: lazy release consistency for the coherent region, driven only by
-// annotated messages (see docs/PROTOCOL.md for the protocol, docs/ARCHITECTURE.md for the life
-// of a RELEASE and of a page fault).
+// annotated messages (docs/COHERENCE.md describes the protocol as implemented; the life of a
+// RELEASE and of a page fault belong in docs/ARCHITECTURE.md).
 //
 // What it keeps, and what guards it:
 //   meta_ (metadata lock)   vector time, interval store, per-peer known vector times,

@@ -8,6 +8,7 @@
 #include "stats/counters.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <map>
 #include <set>
@@ -141,6 +142,7 @@ engine::fetch_result engine::fetch(std::uint32_t u, const std::vector<record_ptr
 }
 
 bool engine::validate(std::uint32_t u, access how) {
+  std::chrono::steady_clock::time_point give_up{};  // set on the first "not allocated" from a home
   for (;;) {
     std::unique_lock lk(pages_.lock_of(u));
     page_entry& pe = pages_.at(u);
@@ -180,7 +182,19 @@ bool engine::validate(std::uint32_t u, access how) {
     lk.lock();
     pe.fetching = false;
     ++pe.fetch_generation;
-    if (!res.allocated) return false;  // stays no_copy: the owner may allocate it later
+    if (!res.allocated) {
+      // Stays no_copy. In another rank's arena that is the answer: nothing is allocated there.
+      // A collective unit this rank has allocated is allocated on its home too, or will be at
+      // once: the home may not have finished the same alloc_collective yet (our copy was dropped
+      // by a garbage collection, the range freed and allocated again). Ask again shortly.
+      const auto now = std::chrono::steady_clock::now();
+      if (give_up == std::chrono::steady_clock::time_point{}) give_up = now + std::chrono::seconds(30);
+      if (region_.arena_owner(u) >= 0 || pe.state == page_state::unallocated || now > give_up) return false;
+      lk.unlock();
+      const auto retry_at = now + std::chrono::microseconds(50);
+      progress_.wait_until([&] { return std::chrono::steady_clock::now() >= retry_at; });
+      continue;
+    }
     std::byte* page = region_.lib_unit(u);
     if (need_copy) std::memcpy(page, res.copy.data(), region_.unit());
     // Apply in an order consistent with happened-before: by vector-time sum, then creator.

@@ -343,3 +343,36 @@ TEST_CASE("region: memory freed and allocated again at the same address is read 
   }
   world_barrier();
 }
+
+TEST_CASE("region: a copy dropped by garbage collection is fetched again after the range is allocated anew",
+          "[mpi][region][gc][np2+]") {
+  // After a collection a non-home rank may hold no copy of a collective unit. If the range is
+  // freed and allocated again collectively, that rank may leave alloc_collective and touch the
+  // unit before its home has allocated it again: the home must not answer "not allocated".
+  session s;
+  mailbox box("region.box");
+  const int me = mdsm::rank(), n = mdsm::size();
+  const std::size_t words = static_cast<std::size_t>(n) * 1024;
+  for (int round = 1; round <= 30; ++round) {
+    int* a = mdsm::alloc_collective_array<int>(words);
+    // The first collective allocation of a session starts at unit 0, and unit u's home is
+    // u % n: each rank writes the page it is home of and tells everyone, who do not read, so
+    // their copies keep pending notices.
+    const int my_page = me;
+    a[my_page * 1024] = round;
+    for (int r = 0; r < n; ++r)
+      if (r != me) box.send(r, annotation::release);
+    box.wait(round * (n - 1));
+    mdsm::gc();  // drops those copies
+    mdsm::free_collective(a);
+    int* b = mdsm::alloc_collective_array<int>(words);
+    REQUIRE(b == a);
+    // Read another rank's page at once (a whole-page fetch from its home, which may still be
+    // inside alloc_collective).
+    const int other_page = (my_page + 1) % n;
+    REQUIRE(b[other_page * 1024] == round);
+    world_barrier();
+    mdsm::free_collective(b);
+  }
+  world_barrier();
+}

@@ -19,6 +19,10 @@ namespace mdsm::coherence {
 
 struct diff {
   std::vector<std::byte> bytes;
+  // Creation order of this rank's diffs (1, 2, ...): a piece can hold the writes of several
+  // intervals, and a receiver that applied it once must never apply it again (it would undo
+  // newer writes to the same words), so receivers remember the newest serial they applied.
+  std::uint32_t serial = 0;
   std::size_t footprint() const { return sizeof(*this) + bytes.capacity(); }
 };
 using diff_ptr = std::shared_ptr<const diff>;

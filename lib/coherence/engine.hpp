@@ -1,6 +1,6 @@
 // The coherence engine: lazy release consistency for the coherent region, driven only by
-// annotated messages (see docs/PROTOCOL.md for the protocol, docs/ARCHITECTURE.md for the life
-// of a RELEASE and of a page fault).
+// annotated messages (docs/COHERENCE.md describes the protocol as implemented; the life of a
+// RELEASE and of a page fault belong in docs/ARCHITECTURE.md).
 //
 // What it keeps, and what guards it:
 //   meta_ (metadata lock)   vector time, interval store, per-peer known vector times,
@@ -160,6 +160,7 @@ class engine {
   std::uint32_t next_token_ = 1;
 
   std::atomic<std::int64_t> metadata_bytes_{0};
+  std::atomic<std::uint32_t> next_diff_serial_{1};  // diff::serial of the next diff made here
 };
 
 }  // namespace mdsm::coherence

@@ -8,6 +8,7 @@
 #include "stats/counters.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <map>
 #include <set>
@@ -20,6 +21,7 @@ struct engine::fetch_result {
   struct piece {
     std::uint32_t creator;
     std::vector<std::uint32_t> intervals;
+    std::uint32_t serial;
     std::span<const std::byte> bytes;  // points into `replies`
   };
   std::vector<piece> pieces;
@@ -65,6 +67,7 @@ void engine::make_diff_locked(std::uint32_t u, page_entry& pe) {
   if (!bytes.empty()) {
     auto made = std::make_shared<diff>();
     made->bytes = std::move(bytes);
+    made->serial = next_diff_serial_.fetch_add(1, std::memory_order_relaxed);
     stats::add(stats::counter::diffs_created);
     stats::add(stats::counter::diff_bytes_created, made->bytes.size());
     add_metadata(static_cast<std::int64_t>(made->footprint()));
@@ -128,6 +131,7 @@ engine::fetch_result engine::fetch(std::uint32_t u, const std::vector<record_ptr
       fetch_result::piece p;
       p.creator = creator;
       in.get_array(in.get<std::uint32_t>(), p.intervals);
+      p.serial = in.get<std::uint32_t>();
       p.bytes = in.get_bytes(in.get<std::uint32_t>());
       res.pieces.push_back(std::move(p));
     }
@@ -138,6 +142,7 @@ engine::fetch_result engine::fetch(std::uint32_t u, const std::vector<record_ptr
 }
 
 bool engine::validate(std::uint32_t u, access how) {
+  std::chrono::steady_clock::time_point give_up{};  // set on the first "not allocated" from a home
   for (;;) {
     std::unique_lock lk(pages_.lock_of(u));
     page_entry& pe = pages_.at(u);
@@ -177,13 +182,26 @@ bool engine::validate(std::uint32_t u, access how) {
     lk.lock();
     pe.fetching = false;
     ++pe.fetch_generation;
-    if (!res.allocated) return false;  // stays no_copy: the owner may allocate it later
+    if (!res.allocated) {
+      // Stays no_copy. In another rank's arena that is the answer: nothing is allocated there.
+      // A collective unit this rank has allocated is allocated on its home too, or will be at
+      // once: the home may not have finished the same alloc_collective yet (our copy was dropped
+      // by a garbage collection, the range freed and allocated again). Ask again shortly.
+      const auto now = std::chrono::steady_clock::now();
+      if (give_up == std::chrono::steady_clock::time_point{}) give_up = now + std::chrono::seconds(30);
+      if (region_.arena_owner(u) >= 0 || pe.state == page_state::unallocated || now > give_up) return false;
+      lk.unlock();
+      const auto retry_at = now + std::chrono::microseconds(50);
+      progress_.wait_until([&] { return std::chrono::steady_clock::now() >= retry_at; });
+      continue;
+    }
     std::byte* page = region_.lib_unit(u);
     if (need_copy) std::memcpy(page, res.copy.data(), region_.unit());
     // Apply in an order consistent with happened-before: by vector-time sum, then creator.
     struct step {
       std::uint64_t sum;
       std::uint32_t creator;
+      std::uint32_t serial;
       std::size_t piece;
     };
     std::vector<step> order;
@@ -192,9 +210,10 @@ bool engine::validate(std::uint32_t u, access how) {
         if (res.pieces[p].creator == r->creator &&
             std::find(res.pieces[p].intervals.begin(), res.pieces[p].intervals.end(), r->index) !=
                 res.pieces[p].intervals.end())
-          order.push_back(step{r->vt.sum(), r->creator, p});
+          order.push_back(step{r->vt.sum(), r->creator, res.pieces[p].serial, p});
     std::stable_sort(order.begin(), order.end(), [](const step& a, const step& b) {
-      return a.sum != b.sum ? a.sum < b.sum : a.creator < b.creator;
+      if (a.sum != b.sum) return a.sum < b.sum;
+      return a.creator != b.creator ? a.creator < b.creator : a.serial < b.serial;
     });
     std::vector<bool> applied(res.pieces.size(), false);
     if (pe.applied_through.empty()) pe.applied_through.assign(static_cast<std::size_t>(size_), 0);
@@ -202,6 +221,11 @@ bool engine::validate(std::uint32_t u, access how) {
       if (applied[s.piece]) continue;  // one piece can hold several intervals' writes
       applied[s.piece] = true;
       const auto& piece = res.pieces[s.piece];
+      // ... and an earlier fetch (for an earlier interval it also covers) may have applied it.
+      auto seen = std::find_if(pe.applied.begin(), pe.applied.end(), [&](const auto& e) { return e.first == s.creator; });
+      if (seen == pe.applied.end()) seen = pe.applied.insert(pe.applied.end(), {s.creator, 0});
+      if (s.serial <= seen->second) continue;
+      seen->second = s.serial;
       apply_diff(page, region_.unit(), piece.bytes);
       stats::add(stats::counter::diffs_applied);
       stats::add(stats::counter::diff_bytes_applied, piece.bytes.size());
@@ -234,7 +258,7 @@ bool engine::validate(std::uint32_t u, access how) {
 
 bool engine::on_fault(const os::fault_info& f) {
   if (!region_.contains(f.addr)) return false;
-  char text[320];
+  char text[512];
   if (const char* h = net::current_handler()) {
     std::snprintf(text, sizeof text,
                   "mdsm: message handler '%s' touched coherent memory at %p; handlers must not access the coherent "
@@ -254,41 +278,37 @@ bool engine::on_fault(const os::fault_info& f) {
   }
   if (ok) return true;
   const int owner = region_.arena_owner(u);
+  char where[64];
+  if (owner < 0) std::snprintf(where, sizeof where, "the collective arena");
+  else std::snprintf(where, sizeof where, "rank %d's arena", owner);
   std::snprintf(text, sizeof text,
-                "mdsm: rank %d accessed unallocated coherent memory at %p (unit %u, %s arena%s%d)\n", rank_, f.addr, u,
-                owner < 0 ? "collective" : "rank", owner < 0 ? "" : " ", owner < 0 ? 0 : owner);
+                "mdsm: rank %d accessed unallocated coherent memory at %p (unit %u, in %s): nothing is allocated "
+                "there now (never allocated, or freed); the access is reported as a segmentation fault\n",
+                rank_, f.addr, u, where);
   std::fputs(text, stderr);
   return false;  // chained: the process gets the SIGSEGV it would get without mdsm
 }
 
 void engine::units_allocated(std::uint32_t first, std::uint32_t count) {
-  // New units become readable. Protections are changed after the page locks are released, in
-  // runs, so a large allocation costs one mprotect per run; no other thread can touch these
-  // units yet (their address has not been returned), and nothing else changes pe.prot of a
-  // unit in state unallocated.
-  std::uint32_t run = first;
-  auto flush = [&](std::uint32_t end) {
-    if (end > run) os::protect(region_.app_unit(run), std::size_t{end - run} * region_.unit(), os::prot::read);
-  };
+  // New units become readable, at one mprotect for the whole range plus one per unit that must
+  // stay inaccessible. The range is opened *before* any state leaves `unallocated`: once a unit
+  // is `valid`, a write notice (from a rank that returned from the same collective allocation
+  // earlier and already wrote and released) may invalidate it at any moment, and a protection
+  // change made after our page lock is released would undo that invalidation and let the
+  // application read a stale copy. While a unit is `unallocated` nothing else changes its
+  // protection, and no application thread can touch it yet (its address has not been returned).
+  os::protect(region_.app_unit(first), std::size_t{count} * region_.unit(), os::prot::read);
   for (std::uint32_t u = first; u < first + count; ++u) {
-    bool to_read = false;
-    {
-      std::lock_guard lk(pages_.lock_of(u));
-      page_entry& pe = pages_.at(u);
-      if (pe.state == page_state::unallocated) {
-        pe.state = pe.pending.empty() ? page_state::valid : page_state::invalid;
-        if (pe.state == page_state::valid) {
-          pe.prot = os::prot::read;
-          to_read = true;
-        }
-      }
-    }
-    if (!to_read) {
-      flush(u);
-      run = u + 1;
+    std::lock_guard lk(pages_.lock_of(u));
+    page_entry& pe = pages_.at(u);
+    if (pe.state == page_state::unallocated) {
+      pe.state = pe.pending.empty() ? page_state::valid : page_state::invalid;
+      pe.prot = os::prot::read;  // what the application view has now
+      if (pe.state == page_state::invalid) set_prot_locked(u, pe, os::prot::none);
+    } else {
+      os::protect(region_.app_unit(u), region_.unit(), pe.prot);  // not ours to change: restore it
     }
   }
-  flush(first + count);
 }
 
 void engine::units_freed(std::uint32_t first, std::uint32_t count) {

@@ -10,7 +10,8 @@
 //
 // pieces = u32 count, then per piece: u32 n, u32 interval[n] (every interval of the creator the
 // piece holds writes of, requested or not: a lazy diff covers all intervals that awaited its
-// twin), u32 length, length bytes of encoded diff.
+// twin), u32 serial (the creator's diff serial: a receiver applies each piece at most once),
+// u32 length, length bytes of encoded diff.
 #pragma once
 
 #include <cstdint>

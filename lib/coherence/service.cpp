@@ -68,6 +68,7 @@ void engine::encode_pieces_locked(std::uint32_t u, page_entry& pe, const std::ve
   for (const auto& [d, in] : pieces) {
     out.put(static_cast<std::uint32_t>(in.size()));
     out.put_array<std::uint32_t>(in);
+    out.put(d->serial);
     out.put(static_cast<std::uint32_t>(d->bytes.size()));
     out.put_bytes(d->bytes);
   }

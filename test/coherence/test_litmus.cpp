@@ -588,3 +588,53 @@ TEST_CASE("litmus 26: a lazy diff that covers several intervals is applied once,
   }
   world_barrier();
 }
+
+TEST_CASE("litmus 27: a lazy diff covering two intervals is not applied again for the second one",
+          "[mpi][litmus][np2+]") {
+  // Found by the random DRF test (MDSM_DRF_SEED=9, 2 ranks). Rank 1 writes a[0] in interval X
+  // and a[1] in X+1 under one twin; rank 0 learns X only, and its fetch gets one diff made for
+  // both intervals. Rank 0 then overwrites a[0]. When it learns X+1, the fetch brings the same
+  // diff back: applying it again would restore rank 1's old a[0] over rank 0's newer write.
+  session s;
+  mailbox now("litmus.now");
+  mailbox later("litmus.later", false);  // stored: rank 0 accepts it when it chooses
+  int* a = mdsm::alloc_collective_array<int>(k_words_per_page);
+  if (mdsm::rank() == 1) {
+    a[0] = 1;
+    now.send(0, annotation::release);  // closes X
+    a[1] = 2;
+    later.send(0, annotation::release);  // closes X+1; the twin still holds both
+  } else if (mdsm::rank() == 0) {
+    now.wait(1);
+    later.wait(1);  // arrived, not accepted: X+1 is unknown here
+    CHECK(a[0] == 1);
+    a[0] = 3;
+    later.accept_stored();
+    CHECK(a[1] == 2);
+    CHECK(a[0] == 3);
+  }
+  world_barrier();
+}
+
+TEST_CASE("litmus 28: a RELEASE that arrives while the receiver is still inside alloc_collective invalidates the "
+          "new page",
+          "[mpi][litmus][np2+]") {
+  // Found by litmus 27: the faster rank returns from alloc_collective, writes and releases; the
+  // receiver's handler invalidates the page before the receiver's allocation made it readable,
+  // and the allocation then made it readable anyway (the old code changed protections after
+  // releasing the page locks), so the receiver read its stale zero.
+  session s;
+  mailbox box("litmus.box");
+  const int rounds = 40;
+  for (int k = 1; k <= rounds; ++k) {
+    int* a = mdsm::alloc_collective_array<int>(k_words_per_page);
+    if (mdsm::rank() == 1) {
+      a[0] = k;
+      box.send(0, annotation::release);
+    } else if (mdsm::rank() == 0) {
+      box.wait(k);
+      REQUIRE(a[0] == k);
+    }
+  }
+  world_barrier();
+}

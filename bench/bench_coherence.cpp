@@ -1,0 +1,362 @@
+// Coherence costs next to what they are made of, in one run:
+//   (a) a remote read fault on rank 0 that fetches a diff from rank 1 (1% and 10% of the page's
+//       words changed) or a whole page (rank 0 has no copy), next to a raw MPI_Send/MPI_Recv
+//       round trip (16-byte request, reply of the same bytes the fault moves) on the same
+//       transport settings, while mdsm's progress threads run;
+//   (b) diff creation and application for a 4 KiB page with 1%, 10% and 100% of its words
+//       changed, next to memcmp and memcpy of the page (internal API, lib/coherence/diff.hpp).
+// The summary at the end prints each ratio (targets: fault <= 2x the raw round trip; diff
+// creation >= 0.5x memcmp bandwidth).
+//
+// Every rank runs the (a) benchmarks with fixed iteration counts so they stay in step; rank 0
+// reports. (b) runs on rank 0 only. Run: tools/mdsmrun -n 2 build/bench/bench_coherence
+#include "coherence/diff.hpp"
+
+#include <mdsm/mdsm.hpp>
+
+#include <benchmark/benchmark.h>
+#include <mpi.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace {
+
+constexpr int k_fault_iterations = 1000;
+constexpr int k_repetitions = 5;
+constexpr std::size_t k_page = 4096;
+constexpr std::size_t k_words = k_page / 4;
+int g_rank = 0, g_size = 1;
+MPI_Comm g_comm;
+
+// Mean time per operation (ns) of each repetition, by benchmark name; the summary uses medians.
+std::map<std::string, std::vector<double>> g_means;
+// Fastest single operation (ns) over all repetitions: on a shared machine the median mostly
+// measures how long the scheduler keeps a waiting rank off a core; the minimum shows the cost of
+// the protocol itself.
+std::map<std::string, double> g_best;
+void best(const std::string& name, double seconds) {
+  if (g_rank != 0) return;
+  auto [it, fresh] = g_best.emplace(name, seconds * 1e9);
+  if (!fresh) it->second = std::min(it->second, seconds * 1e9);
+}
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Word positions changed for a given share of the page (spread out, fixed per share).
+std::vector<std::size_t> changed_words(int percent) {
+  std::vector<std::size_t> all(k_words);
+  for (std::size_t i = 0; i < k_words; ++i) all[i] = i;
+  if (percent >= 100) return all;
+  std::mt19937 rng(static_cast<unsigned>(percent));
+  std::shuffle(all.begin(), all.end(), rng);
+  all.resize(std::max<std::size_t>(1, k_words * static_cast<std::size_t>(percent) / 100));
+  std::sort(all.begin(), all.end());
+  return all;
+}
+
+// The encoded size of the diff that changing those words produces.
+std::size_t diff_size(int percent) {
+  std::vector<std::uint32_t> twin(k_words, 0), page(k_words, 0);
+  for (std::size_t w : changed_words(percent)) page[w] = 1;
+  return mdsm::coherence::make_diff(reinterpret_cast<const std::byte*>(page.data()),
+                                    reinterpret_cast<const std::byte*>(twin.data()), k_page)
+      .size();
+}
+
+// ---- (a) remote faults ----------------------------------------------------------------------
+
+std::atomic<int> g_releases{0}, g_acks{0};
+mdsm::handler_id g_release_h = 0, g_ack_h = 0;
+std::atomic<long> g_pointer{0};
+
+void register_handlers() {
+  g_release_h = mdsm::register_handler("bench.release", [](mdsm::message& m) {
+    g_pointer = m.as<long>();
+    m.accept();
+    ++g_releases;
+  });
+  g_ack_h = mdsm::register_handler("bench.ack", [](mdsm::message&) { ++g_acks; });
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+void record(benchmark::State& state, const std::string& name, double total_seconds) {
+  if (g_rank == 0) g_means[name].push_back(total_seconds * 1e9 / static_cast<double>(state.iterations()));
+}
+
+// Rank 1 changes `percent` of a page's words and releases to rank 0; rank 0's next read of
+// the page faults and fetches the diff (timed). Rank 0 then acknowledges with a NONE message.
+void fault_diff(benchmark::State& state) {
+  const int percent = static_cast<int>(state.range(0));
+  const auto words = changed_words(percent);
+  static std::uint32_t* page = nullptr;
+  if (page == nullptr) page = mdsm::alloc_collective_array<std::uint32_t>(k_words);
+  mdsm::barrier b;
+  b.arrive_and_wait();
+  const int base_rel = g_releases.load(), base_ack = g_acks.load();
+  std::uint32_t value = static_cast<std::uint32_t>(percent) << 20;
+  int i = 0;
+  double total = 0;
+  for (auto _ : state) {
+    ++i;
+    if (g_rank == 1) {
+      ++value;
+      for (std::size_t w : words) page[w] = value;
+      mdsm::send_value(0, g_release_h, 0L, mdsm::annotation::release);
+      mdsm::wait_until([&] { return g_acks.load() == base_ack + i; });
+      state.SetIterationTime(0);
+    } else if (g_rank == 0) {
+      mdsm::wait_until([&] { return g_releases.load() == base_rel + i; });
+      const auto t0 = std::chrono::steady_clock::now();
+      benchmark::DoNotOptimize(*static_cast<volatile std::uint32_t*>(&page[words[0]]));
+      const double t = seconds_since(t0);
+      total += t;
+      best("fault/diff_" + std::to_string(percent) + "pct", t);
+      state.SetIterationTime(t);
+      mdsm::send_value(1, g_ack_h, 0, mdsm::annotation::none);
+    } else {
+      state.SetIterationTime(0);
+    }
+  }
+  b.arrive_and_wait();
+  // Correctness: every rank agrees on the page's last value.
+  std::uint32_t seen = page[words.back()], lo = 0, hi = 0;
+  MPI_Allreduce(&seen, &lo, 1, MPI_UINT32_T, MPI_MIN, g_comm);
+  MPI_Allreduce(&seen, &hi, 1, MPI_UINT32_T, MPI_MAX, g_comm);
+  if (lo != hi) state.SkipWithError("ranks disagree on the page after the run");
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) * static_cast<std::int64_t>(diff_size(percent)));
+  state.counters["diff_bytes"] = static_cast<double>(diff_size(percent));
+  record(state, "fault/diff_" + std::to_string(percent) + "pct", total);
+}
+
+// Rank 1 allocates one page per iteration in its own arena, writes them, and releases their
+// address; every read of a new page by rank 0 faults and fetches the whole page from rank 1.
+void fault_page(benchmark::State& state) {
+  const int iters = static_cast<int>(state.max_iterations);
+  mdsm::barrier b;
+  const int base_rel = g_releases.load();
+  if (g_rank == 1) {
+    // Never freed: a reused address would still be a valid copy on rank 0 (no fetch to time).
+    auto* pages = mdsm::alloc_array<std::uint32_t>(static_cast<std::size_t>(iters) * k_words);
+    for (int p = 0; p < iters; ++p)
+      for (std::size_t w = 0; w < k_words; w += 64) pages[p * k_words + w] = static_cast<std::uint32_t>(p + w);
+    mdsm::send_value(0, g_release_h, reinterpret_cast<long>(pages), mdsm::annotation::release);
+  }
+  if (g_rank == 0) mdsm::wait_until([&] { return g_releases.load() == base_rel + 1; });
+  // Collect the write notices, so each fault below is a plain whole-page fetch (no diff).
+  mdsm::gc();
+  b.arrive_and_wait();
+  const auto* pages = reinterpret_cast<const std::uint32_t*>(g_pointer.load());
+  int i = 0;
+  double total = 0;
+  bool ok = true;
+  for (auto _ : state) {
+    if (g_rank == 0) {
+      const auto t0 = std::chrono::steady_clock::now();
+      const std::uint32_t v = *static_cast<const volatile std::uint32_t*>(&pages[i * k_words + 64]);
+      const double t = seconds_since(t0);
+      ok = ok && v == static_cast<std::uint32_t>(i + 64);
+      total += t;
+      best("fault/whole_page", t);
+      state.SetIterationTime(t);
+    } else {
+      state.SetIterationTime(0);
+    }
+    ++i;
+  }
+  b.arrive_and_wait();  // rank 1 serves the copies until here
+  if (!ok) state.SkipWithError("wrong page contents");
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) * static_cast<std::int64_t>(k_page));
+  record(state, "fault/whole_page", total);
+}
+
+// The same exchange in raw MPI: a 16-byte request, a reply of `bytes`.
+void mpi_round_trip(benchmark::State& state) {
+  const auto bytes = static_cast<std::size_t>(state.range(0));
+  std::vector<char> request(16), reply(bytes);
+  MPI_Barrier(g_comm);
+  double total = 0;
+  for (auto _ : state) {
+    if (g_rank == 0) {
+      const auto t0 = std::chrono::steady_clock::now();
+      MPI_Send(request.data(), 16, MPI_CHAR, 1, 0, g_comm);
+      MPI_Recv(reply.data(), static_cast<int>(bytes), MPI_CHAR, 1, 1, g_comm, MPI_STATUS_IGNORE);
+      const double t = seconds_since(t0);
+      total += t;
+      best("MPI_round_trip/" + std::to_string(bytes) + "B", t);
+      state.SetIterationTime(t);
+    } else {
+      if (g_rank == 1) {
+        MPI_Recv(request.data(), 16, MPI_CHAR, 0, 0, g_comm, MPI_STATUS_IGNORE);
+        MPI_Send(reply.data(), static_cast<int>(bytes), MPI_CHAR, 0, 1, g_comm);
+      }
+      state.SetIterationTime(0);
+    }
+  }
+  MPI_Barrier(g_comm);
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) * static_cast<std::int64_t>(bytes));
+  record(state, "MPI_round_trip/" + std::to_string(bytes) + "B", total);
+}
+
+// ---- (b) diffs (rank 0 only) ------------------------------------------------------------------
+
+struct page_pair {
+  std::vector<std::uint32_t> twin, page;
+  explicit page_pair(int percent) : twin(k_words), page(k_words) {
+    std::mt19937 rng(7);
+    for (auto& w : twin) w = static_cast<std::uint32_t>(rng());
+    page = twin;
+    for (std::size_t w : changed_words(percent)) page[w] = ~page[w];
+  }
+  const std::byte* p() const { return reinterpret_cast<const std::byte*>(page.data()); }
+  const std::byte* t() const { return reinterpret_cast<const std::byte*>(twin.data()); }
+};
+
+template <class F>
+void timed_loop(benchmark::State& state, const std::string& name, F&& f) {
+  const auto t0 = std::chrono::steady_clock::now();
+  for (auto _ : state) f();
+  const double total = seconds_since(t0);
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) * static_cast<std::int64_t>(k_page));
+  record(state, name, total);
+}
+
+void diff_create(benchmark::State& state) {
+  const int percent = static_cast<int>(state.range(0));
+  page_pair pp(percent);
+  timed_loop(state, "diff_create/" + std::to_string(percent) + "pct", [&] {
+    auto d = mdsm::coherence::make_diff(pp.p(), pp.t(), k_page);
+    benchmark::DoNotOptimize(d.data());
+  });
+}
+
+void diff_apply(benchmark::State& state) {
+  const int percent = static_cast<int>(state.range(0));
+  page_pair pp(percent);
+  const auto d = mdsm::coherence::make_diff(pp.p(), pp.t(), k_page);
+  std::vector<std::uint32_t> target = pp.twin;
+  timed_loop(state, "diff_apply/" + std::to_string(percent) + "pct", [&] {
+    mdsm::coherence::apply_diff(reinterpret_cast<std::byte*>(target.data()), k_page, d);
+    benchmark::ClobberMemory();
+  });
+  if (target != pp.page) state.SkipWithError("applying the diff did not reproduce the page");
+}
+
+void page_memcmp(benchmark::State& state) {
+  page_pair pp(0);
+  std::vector<std::uint32_t> same = pp.twin;
+  timed_loop(state, "memcmp", [&] {
+    benchmark::DoNotOptimize(std::memcmp(same.data(), pp.twin.data(), k_page));
+    benchmark::ClobberMemory();
+  });
+}
+
+void page_memcpy(benchmark::State& state) {
+  page_pair pp(0);
+  std::vector<std::uint32_t> dst(k_words);
+  timed_loop(state, "memcpy", [&] {
+    std::memcpy(dst.data(), pp.twin.data(), k_page);
+    benchmark::ClobberMemory();
+  });
+}
+
+void register_all() {
+  auto fault = [](benchmark::internal::Benchmark* b) {
+    b->Iterations(k_fault_iterations)
+        ->Repetitions(k_repetitions)
+        ->ReportAggregatesOnly(true)
+        ->UseManualTime()
+        ->Unit(benchmark::kMicrosecond);
+  };
+  for (int percent : {1, 10}) {
+    fault(benchmark::RegisterBenchmark("MPI_round_trip/diff", mpi_round_trip)->Arg(static_cast<long>(diff_size(percent))));
+    fault(benchmark::RegisterBenchmark("fault/diff_pct", fault_diff)->Arg(percent));
+  }
+  fault(benchmark::RegisterBenchmark("MPI_round_trip/page", mpi_round_trip)->Arg(static_cast<long>(k_page)));
+  fault(benchmark::RegisterBenchmark("fault/whole_page", fault_page));
+  if (g_rank != 0) return;
+  auto local = [](benchmark::internal::Benchmark* b) {
+    b->Repetitions(k_repetitions)->ReportAggregatesOnly(true)->Unit(benchmark::kNanosecond);
+  };
+  local(benchmark::RegisterBenchmark("page/memcmp", page_memcmp));
+  local(benchmark::RegisterBenchmark("page/memcpy", page_memcpy));
+  for (int percent : {1, 10, 100}) {
+    local(benchmark::RegisterBenchmark("diff/create_pct", diff_create)->Arg(percent));
+    local(benchmark::RegisterBenchmark("diff/apply_pct", diff_apply)->Arg(percent));
+  }
+}
+
+void print_summary() {
+  auto m = [](const std::string& name) { return median(g_means[name]); };
+  std::printf("\nSummary (medians of %d repetitions; the machine is shared, so expect noise)\n", k_repetitions);
+  std::printf("(a) remote read fault vs raw MPI round trip of the same bytes (target <= 2.0x)\n");
+  std::printf("                                      median: fault      MPI   ratio |  fastest: fault      MPI   ratio\n");
+  auto line = [&](const char* what, const std::string& fault, std::size_t bytes) {
+    const std::string mpi = "MPI_round_trip/" + std::to_string(bytes) + "B";
+    const double f = m(fault), r = m(mpi), fb = g_best[fault], rb = g_best[mpi];
+    std::printf("  %-22s (%5zu B): %9.2f us %8.2f us %6.2fx | %9.2f us %8.2f us %6.2fx\n", what, bytes, f / 1e3,
+                r / 1e3, f / r, fb / 1e3, rb / 1e3, fb / rb);
+  };
+  line("diff fetch, 1% words", "fault/diff_1pct", diff_size(1));
+  line("diff fetch, 10% words", "fault/diff_10pct", diff_size(10));
+  line("whole page fetch", "fault/whole_page", k_page);
+  const double cmp = m("memcmp"), cpy = m("memcpy");
+  auto gbs = [](double ns) { return static_cast<double>(k_page) / ns; };  // bytes/ns == GB/s
+  std::printf("(b) 4 KiB page: memcmp %.1f ns (%.2f GB/s), memcpy %.1f ns (%.2f GB/s)\n", cmp, gbs(cmp), cpy, gbs(cpy));
+  for (int percent : {1, 10, 100}) {
+    const double c = m("diff_create/" + std::to_string(percent) + "pct");
+    const double a = m("diff_apply/" + std::to_string(percent) + "pct");
+    std::printf("  %3d%% changed: create %7.1f ns (%.2f GB/s, %.2fx memcmp; target >= 0.5x)  apply %7.1f ns "
+                "(%.2f GB/s, %.2fx memcpy)\n",
+                percent, c, gbs(c), cmp / c, a, gbs(a), cpy / a);
+  }
+}
+
+// Non-zero ranks run the same benchmarks but report nothing.
+class silent_reporter : public benchmark::BenchmarkReporter {
+ public:
+  bool ReportContext(const Context&) override { return true; }
+  void ReportRuns(const std::vector<Run>&) override {}
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  mdsm::init(&argc, &argv);
+  g_rank = mdsm::rank();
+  g_size = mdsm::size();
+  if (g_size < 2) {
+    if (g_rank == 0) std::fprintf(stderr, "bench_coherence needs 2 ranks: tools/mdsmrun -n 2 %s\n", argv[0]);
+    mdsm::finalize();
+    return 1;
+  }
+  MPI_Comm_dup(MPI_COMM_WORLD, &g_comm);
+  register_handlers();
+  benchmark::Initialize(&argc, argv);
+  register_all();
+  if (g_rank == 0) {
+    std::printf("ranks: %d (fault benchmarks: medians of %d repetitions x %d faults)\n", g_size, k_repetitions,
+                k_fault_iterations);
+    benchmark::RunSpecifiedBenchmarks();
+    print_summary();
+  } else {
+    silent_reporter quiet;
+    benchmark::RunSpecifiedBenchmarks(&quiet);
+  }
+  MPI_Comm_free(&g_comm);
+  mdsm::finalize();
+  return 0;
+}

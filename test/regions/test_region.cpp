@@ -1,0 +1,378 @@
+// The coherent region: bad input gives clear errors, addresses mean the same object everywhere,
+// consistency metadata stays bounded in long runs, and faults that are not mdsm's still reach
+// the program's own handler. (Accesses to unallocated coherent memory end the process, so they
+// are tested by test/regions/fault_helper.cpp under a script.)
+#include "support/mailbox.hpp"
+
+#include <mdsm/mdsm.h>
+
+#include <algorithm>
+#include <atomic>
+#include <csetjmp>
+#include <csignal>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <sys/mman.h>
+#include <unistd.h>
+#include <vector>
+
+#ifndef MAP_FIXED_NOREPLACE
+#define MAP_FIXED_NOREPLACE 0x100000
+#endif
+
+using mdsm::annotation;
+using namespace mdsm_test;
+
+namespace {
+
+constexpr std::size_t k_page = 4096;
+
+// Runs f, which must throw mdsm::error with `code`; returns its message ("" if it did not throw).
+template <class F>
+std::string error_of(mdsm_status code, F&& f) {
+  try {
+    f();
+  } catch (const mdsm::error& e) {
+    CHECK(e.code() == code);
+    return e.what();
+  }
+  FAIL_CHECK("no mdsm::error was thrown");
+  return "";
+}
+
+bool contains(const std::string& s, const char* what) { return s.find(what) != std::string::npos; }
+
+long long world_min(long long v) {
+  long long out = 0;
+  MPI_Allreduce(&v, &out, 1, MPI_LONG_LONG, MPI_MIN, MPI_COMM_WORLD);
+  return out;
+}
+long long world_max(long long v) {
+  long long out = 0;
+  MPI_Allreduce(&v, &out, 1, MPI_LONG_LONG, MPI_MAX, MPI_COMM_WORLD);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("region: an allocation larger than what is left is MDSM_ERR_OUT_OF_MEMORY and loses nothing",
+          "[mpi][region][np2+]") {
+  mdsm::options opts;
+  opts.coherent_size = std::size_t{8} << 20;  // 4 MiB of arenas shared by the ranks
+  session s(opts);
+  const std::size_t arena = (std::size_t{4} << 20) / static_cast<std::size_t>(mdsm::size());
+  auto msg = error_of(MDSM_ERR_OUT_OF_MEMORY, [&] { mdsm::alloc(arena + k_page); });
+  CHECK(contains(msg, "MDSM_COHERENT_SIZE"));  // says what to do
+  auto* half = mdsm::alloc_array<int>(arena / 2 / sizeof(int));
+  for (std::size_t i = 0; i < arena / 2 / sizeof(int); i += 1024) half[i] = static_cast<int>(i);
+  error_of(MDSM_ERR_OUT_OF_MEMORY, [&] { mdsm::alloc(arena / 2 + k_page); });
+  void* ptr = nullptr;
+  CHECK(mdsm_alloc(arena, &ptr) == MDSM_ERR_OUT_OF_MEMORY);
+  CHECK(ptr == nullptr);
+  CHECK(std::string(mdsm_last_error()).find("arena") != std::string::npos);
+  for (std::size_t i = 0; i < arena / 2 / sizeof(int); i += 1024) REQUIRE(half[i] == static_cast<int>(i));
+  // What is left can still be allocated.
+  void* rest = mdsm::alloc(arena / 4);
+  CHECK(mdsm::is_coherent(rest));
+  // The collective arena (half the region) fails alike, on every rank.
+  error_of(MDSM_ERR_OUT_OF_MEMORY, [&] { mdsm::alloc_collective(std::size_t{5} << 20); });
+  int* c = mdsm::alloc_collective_array<int>(16);
+  CHECK(mdsm::is_coherent(c));
+  mdsm::free(rest);
+  mdsm::free(half);
+  mdsm::free_collective(c);
+  world_barrier();
+}
+
+TEST_CASE("region: freeing a pointer mdsm did not allocate is a clear error", "[mpi][region][np2+]") {
+  session s;
+  int local = 0;
+  auto msg = error_of(MDSM_ERR_NOT_IN_REGION, [&] { mdsm::free(&local); });
+  CHECK(contains(msg, "not in the coherent region"));
+  std::vector<int> heap(10);
+  error_of(MDSM_ERR_NOT_IN_REGION, [&] { mdsm::free(heap.data()); });
+  CHECK(mdsm_free(&local) == MDSM_ERR_NOT_IN_REGION);
+  auto* p = static_cast<char*>(mdsm::alloc(256));
+  msg = error_of(MDSM_ERR_INVALID_ARGUMENT, [&] { mdsm::free(p + 16); });  // inside an object
+  CHECK(contains(msg, "not the start of a live allocation"));
+  mdsm::free(p);
+  error_of(MDSM_ERR_INVALID_ARGUMENT, [&] { mdsm::free(p); });  // twice
+  auto* c = static_cast<char*>(mdsm::alloc_collective(64));
+  error_of(MDSM_ERR_INVALID_ARGUMENT, [&] { mdsm::free(c); });  // needs free_collective
+  mdsm::free_collective(c);
+  world_barrier();
+}
+
+TEST_CASE("region: a region beyond the address space is refused with a clear error", "[mpi][region][np2+]") {
+  for (std::size_t size : {std::size_t{1} << 62, std::size_t{1} << 47}) {
+    mdsm::options opts;
+    opts.coherent_size = size;
+    auto msg = error_of(MDSM_ERR_INVALID_ARGUMENT, [&] { mdsm::init(MPI_COMM_WORLD, opts); });
+    CHECK(contains(msg, "beyond the address space"));
+    CHECK_FALSE(mdsm::initialized());
+  }
+  mdsm_options copts;
+  mdsm_options_init(&copts);
+  copts.coherent_size = std::size_t{1} << 62;
+  CHECK(mdsm_init_comm(MPI_COMM_WORLD, &copts) == MDSM_ERR_INVALID_ARGUMENT);
+  // A failed init leaves nothing behind: the next one works.
+  session s;
+  CHECK(mdsm::is_coherent(mdsm::alloc(8)));
+  world_barrier();
+}
+
+TEST_CASE("region: an address collision fails a strict placement and moves a non-strict one",
+          "[mpi][region][np2+]") {
+  const std::size_t size = std::size_t{16} << 20;
+  const int me = world_rank(), last = world_size() - 1;
+  // The last rank occupies a range; the other ranks check it is free for them (so only one
+  // rank collides).
+  unsigned long long at = 0;
+  void* mine = nullptr;
+  if (me == last) {
+    mine = mmap(nullptr, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    REQUIRE(mine != MAP_FAILED);
+    at = reinterpret_cast<unsigned long long>(mine);
+  }
+  MPI_Bcast(&at, 1, MPI_UNSIGNED_LONG_LONG, last, MPI_COMM_WORLD);
+  int free_here = 1;
+  if (me != last) {
+    void* probe = mmap(reinterpret_cast<void*>(at), size, PROT_NONE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
+    free_here = probe == reinterpret_cast<void*>(at) ? 1 : 0;
+    if (probe != MAP_FAILED) munmap(probe, size);
+  }
+  if (world_min(free_here) == 0) {  // the range is taken elsewhere too; nothing to learn
+    if (mine) munmap(mine, size);
+    return;
+  }
+  mdsm::options opts;
+  opts.coherent_size = size;
+  opts.coherent_address = static_cast<std::uintptr_t>(at);
+  opts.strict_address = true;
+  auto msg = error_of(MDSM_ERR_REGION_MAP, [&] { mdsm::init(MPI_COMM_WORLD, opts); });
+  CHECK(contains(msg, "something else is mapped there"));
+  CHECK(contains(msg, "strict"));
+  CHECK_FALSE(mdsm::initialized());
+  {
+    opts.strict_address = false;
+    session s(opts);
+    auto* p = static_cast<char*>(mdsm::alloc_collective(64));
+    const auto addr = reinterpret_cast<long long>(p);
+    CHECK(world_min(addr) == world_max(addr));  // one address, agreed on by every rank
+    const auto a = static_cast<unsigned long long>(addr);
+    CHECK((a + size <= at || a >= at + size));   // and not in the occupied range
+    if (me == 0) p[0] = 1;
+    world_barrier();
+  }
+  if (mine) munmap(mine, size);
+}
+
+TEST_CASE("region: a non-collective allocation is unique in the job and readable everywhere after a RELEASE",
+          "[mpi][region][np2+]") {
+  session s;
+  const int me = mdsm::rank(), n = mdsm::size();
+  struct object {
+    long addr;
+    long words;
+  };
+  std::mutex mu;
+  std::vector<object> got;
+  std::atomic<int> count{0};
+  auto h = mdsm::register_handler("region.pointer", [&](mdsm::message& m) {
+    m.accept();
+    std::lock_guard lk(mu);
+    got.push_back(m.as<object>());
+    ++count;
+  });
+  // Every rank allocates a small object and a three-page object at the same time.
+  const long sizes[2] = {5, 3 * 1024 + 7};
+  std::vector<object> made;
+  for (long words : sizes) {
+    auto* p = mdsm::alloc_array<int>(static_cast<std::size_t>(words));
+    for (long i = 0; i < words; ++i) p[i] = static_cast<int>(me * 100000 + i);
+    made.push_back(object{reinterpret_cast<long>(p), words});
+  }
+  for (int r = 0; r < n; ++r)
+    if (r != me)
+      for (const object& o : made) mdsm::send_value(r, h, o, annotation::release);
+  mdsm::wait_until([&] { return count.load() == 2 * (n - 1); });
+  std::vector<long> all_addrs;
+  for (const object& o : made) all_addrs.push_back(o.addr);
+  std::lock_guard lk(mu);
+  for (const object& o : got) {
+    auto* p = reinterpret_cast<int*>(o.addr);
+    REQUIRE(mdsm::is_coherent(p));
+    const int owner = static_cast<int>((p[0] - p[0] % 100000) / 100000);
+    REQUIRE(owner != me);
+    for (long i = 0; i < o.words; ++i) REQUIRE(p[i] == owner * 100000 + i);
+    all_addrs.push_back(o.addr);
+  }
+  std::sort(all_addrs.begin(), all_addrs.end());
+  CHECK(std::adjacent_find(all_addrs.begin(), all_addrs.end()) == all_addrs.end());
+  CHECK(all_addrs.size() == static_cast<std::size_t>(2 * n));
+  world_barrier();
+}
+
+TEST_CASE("region: consistency metadata plateaus over 300 barrier epochs", "[mpi][region][gc][np2+]") {
+  constexpr std::uint64_t threshold = 256 * 1024;
+  setenv("MDSM_GC_THRESHOLD", "256K", 1);
+  {
+    session s;
+    const int me = mdsm::rank(), n = mdsm::size();
+    const int epochs = 300;
+    int* a = mdsm::alloc_collective_array<int>(static_cast<std::size_t>(n) * 1024);
+    mdsm::barrier b;
+    std::uint64_t first_half = 0, second_half = 0;
+    for (int e = 1; e <= epochs; ++e) {
+      int* mine = a + me * 1024;
+      for (int w = 0; w < 1024; ++w) mine[w] = e * 7 + w;  // the whole page changes
+      b.arrive_and_wait();
+      const int* next = a + ((me + 1) % n) * 1024;
+      REQUIRE(next[e % 1024] == e * 7 + e % 1024);  // fetches the neighbour's diff
+      b.arrive_and_wait();
+      const std::uint64_t held = stat("metadata_bytes");
+      (e <= epochs / 2 ? first_half : second_half) = std::max(e <= epochs / 2 ? first_half : second_half, held);
+    }
+    const std::uint64_t runs = stat("gc_runs"), peak = stat("metadata_bytes_peak");
+    INFO("gc runs " << runs << ", metadata peak " << peak << " bytes, max in the first half " << first_half
+                    << ", in the second " << second_half);
+    CHECK(runs >= 3);                              // the barrier collected again and again
+    CHECK(peak <= threshold + 128 * 1024);         // never far above the threshold
+    CHECK(second_half <= first_half + 64 * 1024);  // flat: no growth from one half to the next
+    world_barrier();
+  }
+  unsetenv("MDSM_GC_THRESHOLD");
+}
+
+namespace {
+sigjmp_buf g_jump;
+std::atomic<int> g_handled{0};
+void* volatile g_fault_addr = nullptr;
+void user_segv_info(int, siginfo_t* info, void*) {
+  g_fault_addr = info->si_addr;
+  ++g_handled;
+  siglongjmp(g_jump, 1);
+}
+void user_segv_plain(int) {
+  ++g_handled;
+  siglongjmp(g_jump, 1);
+}
+
+// Installs `sa` for SIGSEGV, runs an mdsm session that touches a protected page outside the
+// region, and checks the program's handler saw it; restores the previous handler.
+void check_chained(struct sigaction sa) {
+  struct sigaction before;
+  REQUIRE(sigaction(SIGSEGV, &sa, &before) == 0);
+  void* guard = mmap(nullptr, k_page, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  REQUIRE(guard != MAP_FAILED);
+  g_handled = 0;
+  {
+    session s;
+    int* x = mdsm::alloc_collective_array<int>(1);
+    CHECK_FALSE(mdsm::is_coherent(guard));
+    if (sigsetjmp(g_jump, 1) == 0) {
+      *static_cast<volatile int*>(guard) = 1;  // not mdsm's: must reach the program's handler
+      FAIL_CHECK("the write to a PROT_NONE page did not fault");
+    }
+    CHECK(g_handled.load() == 1);
+    if (sa.sa_flags & SA_SIGINFO) CHECK(g_fault_addr == guard);
+    // mdsm still resolves its own faults afterwards.
+    if (mdsm::rank() == 0) *x = 5;
+    world_barrier();
+    if (sigsetjmp(g_jump, 1) == 0) (void)*static_cast<volatile int*>(guard);
+    CHECK(g_handled.load() == 2);
+  }
+  munmap(guard, k_page);
+  sigaction(SIGSEGV, &before, nullptr);
+}
+}  // namespace
+
+TEST_CASE("region: a segfault outside the region reaches the handler installed before init",
+          "[mpi][region][fault][np2+]") {
+  struct sigaction sa;
+  std::memset(&sa, 0, sizeof sa);
+  sigemptyset(&sa.sa_mask);
+  SECTION("SA_SIGINFO handler") {
+    sa.sa_sigaction = user_segv_info;
+    sa.sa_flags = SA_SIGINFO;
+    check_chained(sa);
+  }
+  SECTION("plain handler") {
+    sa.sa_handler = user_segv_plain;
+    check_chained(sa);
+  }
+}
+
+TEST_CASE("region: memory freed and allocated again at the same address is read correctly elsewhere",
+          "[mpi][region][np2+]") {
+  session s;
+  std::atomic<long> got{0};
+  std::atomic<int> count{0};
+  auto h = mdsm::register_handler("region.reuse", [&](mdsm::message& m) {
+    got = m.as<long>();
+    m.accept();
+    ++count;
+  });
+  mailbox done("region.done");
+  const std::size_t words = 2 * 1024 + 10;
+  int* first = nullptr;
+  for (int round = 1; round <= 5; ++round) {
+    if (mdsm::rank() == 0) {
+      auto* p = mdsm::alloc_array<int>(words);
+      if (first == nullptr) first = p;
+      CHECK(p == first);  // first fit hands the freed range out again
+      // Round 1 writes everything; later rounds only some words, the rest keeps what the freed
+      // object held (like malloc, reused memory is not cleared).
+      for (std::size_t i = 0; i < words; i += (round == 1 ? 1 : 3)) p[i] = round * 1000 + static_cast<int>(i);
+      mdsm::send_value(1, h, reinterpret_cast<long>(p), annotation::release);
+      done.wait(round);  // rank 1 has read it
+      mdsm::free(p);
+    } else if (mdsm::rank() == 1) {
+      mdsm::wait_until([&] { return count.load() == round; });
+      const auto* p = reinterpret_cast<const int*>(got.load());
+      for (std::size_t i = 0; i < words; ++i) {
+        int want = 1000 + static_cast<int>(i);
+        for (int r = 2; r <= round; ++r)
+          if (i % 3 == 0) want = r * 1000 + static_cast<int>(i);
+        REQUIRE(p[i] == want);
+      }
+      done.send(0, annotation::release);
+    }
+  }
+  world_barrier();
+}
+
+TEST_CASE("region: a copy dropped by garbage collection is fetched again after the range is allocated anew",
+          "[mpi][region][gc][np2+]") {
+  // After a collection a non-home rank may hold no copy of a collective unit. If the range is
+  // freed and allocated again collectively, that rank may leave alloc_collective and touch the
+  // unit before its home has allocated it again: the home must not answer "not allocated".
+  session s;
+  mailbox box("region.box");
+  const int me = mdsm::rank(), n = mdsm::size();
+  const std::size_t words = static_cast<std::size_t>(n) * 1024;
+  for (int round = 1; round <= 30; ++round) {
+    int* a = mdsm::alloc_collective_array<int>(words);
+    // The first collective allocation of a session starts at unit 0, and unit u's home is
+    // u % n: each rank writes the page it is home of and tells everyone, who do not read, so
+    // their copies keep pending notices.
+    const int my_page = me;
+    a[my_page * 1024] = round;
+    for (int r = 0; r < n; ++r)
+      if (r != me) box.send(r, annotation::release);
+    box.wait(round * (n - 1));
+    mdsm::gc();  // drops those copies
+    mdsm::free_collective(a);
+    int* b = mdsm::alloc_collective_array<int>(words);
+    REQUIRE(b == a);
+    // Read another rank's page at once (a whole-page fetch from its home, which may still be
+    // inside alloc_collective).
+    const int other_page = (my_page + 1) % n;
+    REQUIRE(b[other_page * 1024] == round);
+    world_barrier();
+    mdsm::free_collective(b);
+  }
+  world_barrier();
+}

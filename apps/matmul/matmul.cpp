@@ -88,6 +88,10 @@ int main(int argc, char** argv) {
     ok = compare("matmul C", c, want.data(), nn, 1e-12);
   }
   ok = ok && done.pending() == 0;
+  // Rank 0's verification fetches the others' pages: they must keep serving requests (inside
+  // mdsm, not in report()'s plain MPI collectives) until it is done — there may be no
+  // progress thread (MDSM_PROGRESS_THREAD=0).
+  bar.arrive_and_wait();
   const int rc = report("matmul", opt.version, ok, m);
   mdsm::finalize();
   return rc;

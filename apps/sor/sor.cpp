@@ -104,6 +104,10 @@ int main(int argc, char** argv) {
     ok = compare("sor grid", g, want.data(), nn, 1e-12);
   }
   ok = ok && step_done.pending() == 0 && done.pending() == 0;
+  // Rank 0's verification fetches the others' pages: they must keep serving requests (inside
+  // mdsm, not in report()'s plain MPI collectives) until it is done — there may be no
+  // progress thread (MDSM_PROGRESS_THREAD=0).
+  bar.arrive_and_wait();
   const int rc = report("sor", opt.version, ok, m);
   mdsm::finalize();
   return rc;

@@ -15,6 +15,7 @@ import argparse
 import csv
 import os
 import shlex
+import signal
 import statistics
 import subprocess
 import sys
@@ -104,13 +105,24 @@ def run_once(args, app, exe, version, nranks, attempt):
     cmd += shlex.split(args.extra)
     log = args.out / "logs" / f"{app}-{version}-{nranks}-{attempt}.log"
     t0 = time.monotonic()
+    # Its own session, so that a hung run is ended with all its ranks (mpirun's process group).
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
+                            start_new_session=True)
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout, cwd=REPO)
-        rc, out, err = proc.returncode, proc.stdout, proc.stderr
-    except subprocess.TimeoutExpired as e:
-        rc = None
-        out = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
-        err = e.stderr.decode(errors="replace") if isinstance(e.stderr, bytes) else (e.stderr or "")
+        out, err = proc.communicate(timeout=args.timeout)
+        rc = proc.returncode
+    except subprocess.TimeoutExpired:
+        rc, out, err = None, "", ""
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            try:
+                os.killpg(proc.pid, sig)
+            except ProcessLookupError:
+                pass
+            try:
+                out, err = proc.communicate(timeout=10)
+                break
+            except subprocess.TimeoutExpired:
+                continue
     wall = time.monotonic() - t0
     log.write_text(f"$ {shlex.join(cmd)}\n# exit {rc}, {wall:.1f} s wall\n--- stdout\n{out}\n--- stderr\n{err}")
     result, ranks = parse_output(out)
@@ -126,7 +138,9 @@ def run_once(args, app, exe, version, nranks, attempt):
     elif int(result.get("ranks", -1)) != nranks:
         problem = f"reported {result.get('ranks')} ranks"
     if problem:
-        tail = "\n".join((err or out).strip().splitlines()[-6:])
+        # The program's own message comes first; mpirun's boxed notice after it.
+        lines = [l for l in (err or out).splitlines() if l.strip() and not l.startswith("---")]
+        tail = "\n".join(lines[:4])
         print(f"  FAILED: {app} {version} {nranks} ranks: {problem} (log: {log})", file=sys.stderr)
         if tail:
             print("    " + tail.replace("\n", "\n    "), file=sys.stderr)

@@ -241,6 +241,7 @@ void engine::apply_batch_locked(std::vector<record_ptr> records) {
     for (std::uint32_t u : r->pages) {
       std::lock_guard lk(pages_.lock_of(u));
       page_entry& pe = pages_.at(u);
+      if (c < pe.applied_through.size() && r->index <= pe.applied_through[c]) continue;  // already in the copy
       pe.pending.push_back(r);
       if (pe.state == page_state::valid) {
         pe.state = page_state::invalid;

@@ -197,12 +197,19 @@ bool engine::validate(std::uint32_t u, access how) {
       return a.sum != b.sum ? a.sum < b.sum : a.creator < b.creator;
     });
     std::vector<bool> applied(res.pieces.size(), false);
+    if (pe.applied_through.empty()) pe.applied_through.assign(static_cast<std::size_t>(size_), 0);
     for (const step& s : order) {
       if (applied[s.piece]) continue;  // one piece can hold several intervals' writes
       applied[s.piece] = true;
-      apply_diff(page, region_.unit(), res.pieces[s.piece].bytes);
+      const auto& piece = res.pieces[s.piece];
+      apply_diff(page, region_.unit(), piece.bytes);
       stats::add(stats::counter::diffs_applied);
-      stats::add(stats::counter::diff_bytes_applied, res.pieces[s.piece].bytes.size());
+      stats::add(stats::counter::diff_bytes_applied, piece.bytes.size());
+      // The creator's pieces form contiguous groups of its intervals, and every earlier group was
+      // applied before or in this fetch (known intervals are downward closed), so everything up
+      // to the newest interval this piece covers is now in the copy.
+      auto& through = pe.applied_through[piece.creator];
+      through = std::max(through, *std::max_element(piece.intervals.begin(), piece.intervals.end()));
     }
     // Notices that arrived during the fetch stay pending; the loop fetches them next.
     const std::set<const interval_record*> done_set = [&] {
@@ -210,8 +217,11 @@ bool engine::validate(std::uint32_t u, access how) {
       for (const auto& r : snapshot) s.insert(r.get());
       return s;
     }();
+    // Notices that arrived meanwhile but are covered by an applied piece are done as well.
     const std::size_t before = pe.pending.size();
-    std::erase_if(pe.pending, [&](const record_ptr& r) { return done_set.count(r.get()) != 0; });
+    std::erase_if(pe.pending, [&](const record_ptr& r) {
+      return done_set.count(r.get()) != 0 || r->index <= pe.applied_through[r->creator];
+    });
     add_metadata(-static_cast<std::int64_t>((before - pe.pending.size()) * sizeof(record_ptr)));
     if (pe.pending.empty()) {
       pe.state = page_state::valid;

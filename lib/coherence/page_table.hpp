@@ -46,6 +46,12 @@ struct page_entry {
   std::vector<record_ptr> pending;        // other ranks' write notices not yet applied
   std::vector<own_notice> own;            // this rank's write notices (until collected)
   std::vector<diff_ptr> open_pieces;      // diffs of current-interval writes made before it closed
+  // applied_through[c]: every write creator c made to this unit in intervals up to this index is
+  // in the copy (empty: none yet). A lazy diff holds the writes of every interval that awaited
+  // its twin, so one piece can cover intervals this rank learns of only later; their notices
+  // must not invalidate the unit again, or the piece would be applied a second time, over newer
+  // writes made since (litmus 26).
+  std::vector<std::uint32_t> applied_through;
 };
 
 class page_table {

@@ -48,15 +48,20 @@ void engine::encode_pieces_locked(std::uint32_t u, page_entry& pe, const std::ve
       break;
     }
   }
-  // Each distinct piece once, with the requested intervals it belongs to.
+  // Each distinct piece of the requested intervals once, with EVERY interval it belongs to (a
+  // lazy diff holds the writes of all intervals that awaited its twin, including ones the
+  // requester has not heard of yet): the requester records them so that it never applies the
+  // piece again when it learns of those intervals (page_entry::applied_through).
   std::vector<std::pair<diff_ptr, std::vector<std::uint32_t>>> pieces;
   for (std::uint32_t i : intervals) {
     auto it = std::find_if(pe.own.begin(), pe.own.end(), [&](const own_notice& n) { return n.interval == i; });
     if (it == pe.own.end()) continue;  // no writes of ours to this unit in that interval
     for (const auto& d : it->pieces) {
-      auto p = std::find_if(pieces.begin(), pieces.end(), [&](const auto& e) { return e.first == d; });
-      if (p == pieces.end()) pieces.emplace_back(d, std::vector<std::uint32_t>{i});
-      else p->second.push_back(i);
+      if (std::any_of(pieces.begin(), pieces.end(), [&](const auto& e) { return e.first == d; })) continue;
+      std::vector<std::uint32_t> covers;
+      for (const auto& n : pe.own)
+        if (std::find(n.pieces.begin(), n.pieces.end(), d) != n.pieces.end()) covers.push_back(n.interval);
+      pieces.emplace_back(d, std::move(covers));
     }
   }
   out.put(static_cast<std::uint32_t>(pieces.size()));

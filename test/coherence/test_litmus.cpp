@@ -553,3 +553,38 @@ TEST_CASE("litmus 25: a pointer to another rank's allocation is freed by its own
   }
   world_barrier();
 }
+
+TEST_CASE("litmus 26: a lazy diff that covers several intervals is applied once, never over later own writes",
+          "[mpi][litmus][np3+]") {
+  // Rank 1 writes A in interval I1 and B in I1'; the twin is still there when rank 2 asks for
+  // I1, so the one diff made then holds both intervals' writes. Rank 2 then overwrites A. When
+  // it later learns of I1' (through rank 0), that diff must not be applied again: it would put
+  // rank 1's old A back over rank 2's newer write.
+  session s;
+  MDSM_NEED_RANKS(3);
+  mailbox box("litmus.box");
+  int* page = mdsm::alloc_collective_array<int>(k_words_per_page);
+  int& a = page[0];
+  int& b = page[100];
+  const int me = mdsm::rank();
+  if (me == 1) {
+    a = 1;
+    box.send(2, annotation::release);  // closes I1
+    b = 1;
+    box.send(0, annotation::release);  // closes I1'; the twin still holds both
+    box.send(2, annotation::none);     // "go": rank 2 may read now
+  } else if (me == 2) {
+    box.wait(2, 1);
+    CHECK(a == 1);  // the fetch makes one diff for I1 and I1'
+    a = 2;
+    box.send(0, annotation::none);     // "written"
+    box.wait(1, 0);                    // rank 0's RELEASE brings the notice of I1'
+    CHECK(a == 2);
+    CHECK(b == 1);
+  } else if (me == 0) {
+    box.wait(1, 1);
+    box.wait(1, 2);
+    box.send(2, annotation::release);
+  }
+  world_barrier();
+}

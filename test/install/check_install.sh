@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Installs the build into a scratch directory and builds the examples out of tree against it with
+# nothing but `pkg-config --cflags --libs mdsm` (shared library) and `--static` (static one), then
+# runs them on 2 ranks.
+#   check_install.sh <build dir> <source dir>
+set -euo pipefail
+build=$(realpath "$1")
+src=$(realpath "$2")
+dest=$(mktemp -d)
+trap 'rm -rf "$dest"' EXIT
+meson install -C "$build" --destdir "$dest" --quiet >/dev/null
+pcdir=$(dirname "$(find "$dest" -name mdsm.pc | head -1)")
+[[ -f "$pcdir/mdsm.pc" ]] || { echo "mdsm.pc was not installed" >&2; exit 1; }
+# The install was staged under $dest: point the prefix there (a real install needs no such step).
+sed -i "s|^prefix=|prefix=$dest|" "$pcdir/mdsm.pc"
+export PKG_CONFIG_PATH="$pcdir"
+libdir=$(pkg-config --variable=libdir mdsm)
+ls "$libdir"/libmdsm.so "$libdir"/libmdsm.a >/dev/null
+for h in mdsm.h mdsm.hpp mdsm_status.h error.hpp; do
+  [[ -f "$(pkg-config --variable=includedir mdsm)/mdsm/$h" ]] || { echo "header $h missing" >&2; exit 1; }
+done
+cd "$dest"
+# Shared library.
+cc -std=c11 -Wall -Wextra -Werror -o hello_c "$src/examples/hello.c" $(pkg-config --cflags --libs mdsm)
+c++ -std=c++20 -Wall -Wextra -Werror -o hello_cpp "$src/examples/hello.cpp" $(pkg-config --cflags --libs mdsm)
+# Static libmdsm: the archive, then the shared libraries it needs (MPI, hwloc). A fully static
+# `pkg-config --static` link would also need hwloc's private dependencies (libudev) as archives.
+c++ -std=c++20 -Wall -Wextra -Werror -o hello_static "$src/examples/hello.cpp" \
+  $(pkg-config --cflags mdsm) "$libdir/libmdsm.a" $(pkg-config --libs ompi-c hwloc) -lpthread
+if ldd ./hello_static | grep -q libmdsm; then echo "hello_static links libmdsm dynamically" >&2; exit 1; fi
+export LD_LIBRARY_PATH="$libdir"
+for prog in hello_c hello_cpp hello_static; do
+  out=$("$src/tools/mdsmrun" -n 2 "./$prog")
+  echo "$out"
+  grep -q "rank 1 read: hello from rank 0 of 2" <<<"$out" || { echo "$prog did not greet" >&2; exit 1; }
+done
+echo "install check passed"

@@ -283,25 +283,30 @@ int main(int argc, char** argv) {
     return 2;
   }
 
-  // After the final barrier every rank's writes are visible; rank 0 checks.
+  // After the final barrier every rank's writes are visible. Rank 0 copies the result out while
+  // the others wait in one more barrier: the copy may fetch diffs from them, and without a
+  // progress thread only a rank inside mdsm serves them (not one blocked in MPI in report()).
+  std::vector<std::int32_t> result;
+  if (mdsm::rank() == 0) result.assign(a, a + n);
+  bar.arrive_and_wait();
   bool ok = true;
   if (mdsm::rank() == 0) {
     auto expect = input;
     std::sort(expect.begin(), expect.end());
     long first_bad = -1;
     for (long i = 0; i < n && first_bad < 0; ++i)
-      if (a[i] != expect[static_cast<std::size_t>(i)]) first_bad = i;
+      if (result[static_cast<std::size_t>(i)] != expect[static_cast<std::size_t>(i)]) first_bad = i;
     std::uint64_t sum_in = 0, sum_out = 0;
     for (long i = 0; i < n; ++i) {
       sum_in += static_cast<std::uint32_t>(input[static_cast<std::size_t>(i)]);
-      sum_out += static_cast<std::uint32_t>(a[i]);
+      sum_out += static_cast<std::uint32_t>(result[static_cast<std::size_t>(i)]);
     }
     ok = first_bad < 0 && sum_in == sum_out;
     std::printf("quicksort %s: %ld integers, checksum %llu/%llu, %s\n", args.version.c_str(), n,
                 static_cast<unsigned long long>(sum_out), static_cast<unsigned long long>(sum_in),
                 ok ? "sorted permutation of the input" : "NOT the sorted input");
     if (first_bad >= 0)
-      std::printf("quicksort: first difference at %ld: %d, expected %d\n", first_bad, a[first_bad],
+      std::printf("quicksort: first difference at %ld: %d, expected %d\n", first_bad, result[static_cast<std::size_t>(first_bad)],
                   expect[static_cast<std::size_t>(first_bad)]);
   }
   const int rc = mdsm_apps::report("quicksort", args.version, ok, m);

@@ -97,24 +97,25 @@ void sort_range(std::int32_t* a, range r, Push&& push) {
 
 // ---- lock --------------------------------------------------------------------------------------
 
+// The lock version's stack header; the entries are a separate coherent array.
 struct shared_stack {
   std::int64_t top;
   std::int64_t busy;     // workers holding a range
   std::int64_t waiting;  // workers parked on the condition variable
-  range items[1];        // really `capacity` entries
 };
 
 void run_lock(std::int32_t* a, long n, mdsm::barrier& bar, mdsm_apps::measurement& m) {
   // Queued ranges are disjoint and at least k_bubble_below long.
   const long capacity = n / k_bubble_below + 4;
-  auto* st = static_cast<shared_stack*>(mdsm::alloc_collective(sizeof(shared_stack) + sizeof(range) * capacity));
+  auto* st = mdsm::alloc_collective_array<shared_stack>(1);
+  auto* items = mdsm::alloc_collective_array<range>(static_cast<std::size_t>(capacity));
   mdsm::mutex lock;
   mdsm::condition_variable cv;
   if (mdsm::rank() == 0) {
     st->top = 1;
     st->busy = 0;
     st->waiting = 0;
-    st->items[0] = range{0, n};
+    items[0] = range{0, n};
   }
   bar.arrive_and_wait();
 
@@ -125,7 +126,7 @@ void run_lock(std::int32_t* a, long n, mdsm::barrier& bar, mdsm_apps::measuremen
       std::fprintf(stderr, "quicksort: the work stack overflowed (%ld entries)\n", capacity);
       std::abort();
     }
-    st->items[st->top++] = p;
+    items[st->top++] = p;
     if (st->waiting > 0) cv.notify_one();
   };
   bool finished = false;
@@ -141,7 +142,7 @@ void run_lock(std::int32_t* a, long n, mdsm::barrier& bar, mdsm_apps::measuremen
         --st->waiting;
       }
       if (st->top == 0) break;  // nothing queued and nobody busy: sorted
-      r = st->items[--st->top];
+      r = items[--st->top];
       ++st->busy;
     }
     finished = true;

@@ -28,6 +28,8 @@
 #include <deque>
 #include <limits>
 #include <mutex>
+#include <optional>
+#include <type_traits>
 #include <vector>
 
 namespace {

@@ -220,13 +220,15 @@ int main(int argc, char** argv) {
   // hybrid: the owner's private accumulation buffer, written by the handler only.
   std::vector<double> acc(3 * static_cast<std::size_t>(n), 0.0);
   std::atomic<long> received{0};
+  std::atomic<bool> misrouted{false};  // an update for a molecule this rank does not own
   mdsm::handler_id h_force = 0;
   long expected = 0;
   if (hybrid) {
     h_force = mdsm::register_handler("water.force", [&](mdsm::message& m) {
       const auto u = m.as<force_update>();
-      if (u.molecule < lo || u.molecule >= hi) return;  // cannot happen: reported by the count
-      for (int d = 0; d < 3; ++d) acc[3 * static_cast<std::size_t>(u.molecule) + d] += u.f[d];
+      if (u.molecule < lo || u.molecule >= hi) misrouted.store(true);  // counted, fails verification
+      else
+        for (int d = 0; d < 3; ++d) acc[3 * static_cast<std::size_t>(u.molecule) + d] += u.f[d];
       received.fetch_add(1, std::memory_order_release);
     });
     for (int r = 0; r < np; ++r) {
@@ -307,7 +309,7 @@ int main(int argc, char** argv) {
   }
   bar.arrive_and_wait();
 
-  bool ok = true;
+  bool ok = !misrouted.load();
   if (me == 0) {
     auto ref = md.initial(args.seed);
     const auto ref_e = run_sequential(md, ref, steps);
@@ -328,7 +330,7 @@ int main(int argc, char** argv) {
     double worst_pos = 0;
     for (int i = 0; i < n; ++i)
       for (int d = 0; d < 3; ++d) worst_pos = std::max(worst_pos, std::fabs(final_state[i].pos[d] - ref[i].pos[d]) / md.box);
-    ok = worst <= k_tolerance && worst_pos <= k_tolerance;
+    ok = ok && worst <= k_tolerance && worst_pos <= k_tolerance;
     std::printf("water %s: %d molecules, %d steps, largest relative difference: energies %.3g, positions %.3g "
                 "(tolerance %.0e)\n",
                 args.version.c_str(), n, steps, worst, worst_pos, k_tolerance);

@@ -8,8 +8,9 @@
 //   op_interval_request   u32 n, (u32 creator, u32 after, u32 through)[n]
 //   op_interval_reply     u32 n, interval_record[n]
 //
-// pieces = u32 count, then per piece: u32 n, u32 interval[n] (the requested intervals the
-// piece belongs to), u32 length, length bytes of encoded diff.
+// pieces = u32 count, then per piece: u32 n, u32 interval[n] (every interval of the creator the
+// piece holds writes of, requested or not: a lazy diff covers all intervals that awaited its
+// twin), u32 length, length bytes of encoded diff.
 #pragma once
 
 #include <cstdint>

@@ -35,6 +35,7 @@ handler_scope::~handler_scope() { t_current_handler = previous_; }
 
 progress_config progress_config::from_env(progress_config d) {
   d.thread = detail::env_uint("MDSM_PROGRESS_THREAD", d.thread ? 1 : 0) != 0;
+  d.spin_explicit = detail::env_string("MDSM_PROGRESS_SPIN_US").has_value();
   d.spin_ns = detail::env_uint("MDSM_PROGRESS_SPIN_US", d.spin_ns / 1000) * 1000;
   d.sleep_min_ns = detail::env_uint("MDSM_PROGRESS_SLEEP_MIN_US", d.sleep_min_ns / 1000) * 1000;
   d.sleep_max_ns = detail::env_uint("MDSM_PROGRESS_SLEEP_MAX_US", d.sleep_max_ns / 1000) * 1000;
@@ -87,7 +88,9 @@ void progress::enter_wait() {
 
 void progress::leave_wait(std::uint64_t start_ns) {
   stats::add(stats::counter::wait_ns, now_ns() - start_ns);
-  if (app_waiters_.fetch_sub(1, std::memory_order_acq_rel) == 1) park_cv_.notify_one();
+  // No wake-up call: a futex wake per wait would cost more than a small-message round trip. The
+  // parked progress thread notices within one nap (at most sleep_max) that nobody waits.
+  app_waiters_.fetch_sub(1, std::memory_order_acq_rel);
   if (hooks_.wake) hooks_.wake(hooks_.ctx);
 }
 
@@ -106,15 +109,20 @@ void progress::idle(unsigned& turns) {
 void progress::thread_main() {
   // Precise short sleeps: the default 50 us timer slack would stretch every nap.
   prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
-  if (cfg_.pin) pinning_ = os::topology::pin_to_spare_pu(cfg_.local_rank, cfg_.local_size);
+  bool dedicated = false;
+  if (cfg_.pin) pinning_ = os::topology::pin_to_spare_pu(cfg_.local_rank, cfg_.local_size, &dedicated);
   else pinning_ = "not pinned (MDSM_PROGRESS_PIN=0)";
+  // Spinning after a delivery pays off only on a hardware thread of our own; on a shared one it
+  // takes the core from the application (or from another rank), so the thread only naps there,
+  // unless MDSM_PROGRESS_SPIN_US asks for spinning explicitly.
+  const std::uint64_t spin_ns = dedicated || cfg_.spin_explicit ? cfg_.spin_ns : 0;
   std::uint64_t idle_since = now_ns();
   std::uint64_t nap = cfg_.sleep_min_ns;
   while (!stop_.load(std::memory_order_acquire)) {
     if (app_waiters_.load(std::memory_order_acquire) > 0) {
       // An application thread is polling for itself: stand aside until it is done.
       std::unique_lock lk(park_mutex_);
-      park_cv_.wait_for(lk, std::chrono::milliseconds(10), [this] {
+      park_cv_.wait_for(lk, std::chrono::nanoseconds(cfg_.sleep_max_ns), [this] {
         return stop_.load(std::memory_order_acquire) || app_waiters_.load(std::memory_order_acquire) == 0;
       });
       idle_since = now_ns();
@@ -132,7 +140,7 @@ void progress::thread_main() {
       nap = cfg_.sleep_min_ns;
       continue;
     }
-    if (now_ns() - idle_since < cfg_.spin_ns) {
+    if (now_ns() - idle_since < spin_ns) {
       cpu_relax();
       continue;
     }

@@ -2,12 +2,14 @@
 //
 // Incoming frames are delivered by whichever thread holds the progress lock:
 //   * the progress thread, while the application computes. Policy: after delivering something it
-//     keeps polling for `spin` (default 20 us); then it sleeps, starting at `sleep_min` and
-//     doubling up to `sleep_max` (defaults 2 us and 200 us) until something arrives again.
-//     It is pinned with hwloc to a spare hardware thread where one exists.
+//     keeps polling for `spin` (default 20 us) -- only when it is pinned to a hardware thread no
+//     application thread uses, or MDSM_PROGRESS_SPIN_US is set; then it sleeps, starting at
+//     `sleep_min` and doubling up to `sleep_max` (defaults 2 us and 200 us) until something
+//     arrives again. It is pinned with hwloc to a spare hardware thread where one exists.
 //   * an application thread waiting inside mdsm (wait_until): it polls directly, so a blocked
 //     wait is never slowed by the sleep policy; while any application thread waits, the
-//     progress thread stands aside instead of competing for the lock and the core.
+//     progress thread stands aside (parked, re-checking every `sleep_max`) instead of competing
+//     for the lock and the core.
 // Holding the lock is what makes handlers on one rank run one at a time.
 //
 // Knobs (environment overrides the init options): MDSM_PROGRESS_THREAD (1/0),
@@ -32,7 +34,8 @@ namespace mdsm::net {
 
 struct progress_config {
   bool thread = true;
-  std::uint64_t spin_ns = 20'000;
+  std::uint64_t spin_ns = 20'000;  // used only on a dedicated hardware thread, unless explicit
+  bool spin_explicit = false;      // MDSM_PROGRESS_SPIN_US was set
   std::uint64_t sleep_min_ns = 2'000;
   std::uint64_t sleep_max_ns = 200'000;
   bool pin = true;

@@ -46,7 +46,8 @@ unsigned usable_pus() {
   return n == 0 ? 1 : n;
 }
 
-std::string pin_to_spare_pu(int local_rank, int local_size) {
+std::string pin_to_spare_pu(int local_rank, int local_size, bool* dedicated) {
+  *dedicated = false;
   hwloc_topology_t t = topo();
   if (t == nullptr) return "not pinned: hwloc topology unavailable";
   int pus = hwloc_get_nbobjs_by_type(t, HWLOC_OBJ_PU);
@@ -68,6 +69,7 @@ std::string pin_to_spare_pu(int local_rank, int local_size) {
       result = detail::cat("pu ", spare);
   }
   hwloc_bitmap_free(bound);
+  *dedicated = !result.empty();
   if (result.empty()) result = detail::cat("not pinned: ", pus, " PUs for ", local_size, " local ranks");
   return result;
 }

@@ -15,7 +15,8 @@ unsigned usable_pus();
 // Pins the calling thread to a hardware thread that the application ranks on this node do not
 // need: a spare PU exists when the node has more PUs than local ranks. `local_rank` and
 // `local_size` describe this rank among the ranks sharing the node. Returns a description of
-// what was done ("pu 3", or "not pinned: 2 PUs for 2 ranks").
-std::string pin_to_spare_pu(int local_rank, int local_size);
+// what was done ("pu 3", or "not pinned: 2 PUs for 2 ranks"). `*dedicated` is set when the
+// thread now runs where no application thread does (spinning there costs the application nothing).
+std::string pin_to_spare_pu(int local_rank, int local_size, bool* dedicated);
 
 }  // namespace mdsm::os::topology

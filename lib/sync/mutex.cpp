@@ -21,6 +21,7 @@
 #include "common/check.hpp"
 
 #include <atomic>
+#include <thread>
 
 namespace mdsm::sync {
 
@@ -29,7 +30,14 @@ namespace {
 enum op : std::uint32_t { op_acquire = 1, op_try = 2, op_token = 3, op_deny = 4 };
 
 struct mutex_state final : object {
-  using object::object;
+  // The token starts at the manager. It is set here, before the object is published to the
+  // handlers, so a request that arrives while the constructor still runs finds it.
+  mutex_state(std::uint32_t id_, kind k_, int manager_, int me) : object(id_, k_, manager_) {
+    if (manager_ == me) {
+      token = true;
+      last = manager_;
+    }
+  }
   // All fields guarded by `mu`.
   bool token = false;     // the token is at this rank
   bool held = false;      // an application thread of this rank holds the lock
@@ -38,11 +46,13 @@ struct mutex_state final : object {
   int try_result = 0;     // 0 pending, 1 granted (lent), 2 denied
   bool lent = false;      // the token is lent out and will come back
   int lender = -1;        // the token was lent to this rank by `lender`
+  bool self_queued = false;  // our own lock() is first in line for the lent token's return
   int next = -1;          // who gets the token at unlock
   int last = -1;          // manager only: the last requester
   stored_message arrived;   // a token (RELEASE) the application thread has yet to accept
   stored_message returned;  // a lent token that came back and was not yet accepted or passed on
   std::atomic<bool> local_owner{false};  // serializes this rank's application threads
+  std::thread::id owner_thread;          // the application thread that holds it (guarded by mu)
 
   const char* busy_reason() const override {
     if (held) return "held";
@@ -51,6 +61,10 @@ struct mutex_state final : object {
     return nullptr;
   }
   bool free_here() const { return token && !held && !waiting && !lent; }
+  void drain(std::vector<stored_message>& out) override {
+    if (arrived) out.push_back(std::move(arrived));
+    if (returned) out.push_back(std::move(returned));
+  }
 };
 
 std::shared_ptr<mutex_state> state_of(std::uint32_t id) { return current().find<mutex_state>(id, kind::mutex); }
@@ -78,6 +92,13 @@ void holder_request_locked(mutex_state& s, int requester, bool is_try) {
     } else {
       send(requester, sv.h_mutex_deny, payload_builder(s.id, op_deny).bytes(), annotation::none);
     }
+    return;
+  }
+  if (requester == current().rank()) {
+    // Our own lock() while the token is lent out (the only way this rank can have the token
+    // and not be free for itself): the token's return grants it, see on_mutex_token.
+    MDSM_ASSERT(s.lent && s.waiting, "a rank queued behind itself");
+    s.self_queued = true;
     return;
   }
   if (s.free_here()) {
@@ -155,21 +176,31 @@ void on_mutex_token(message& m) {
   payload_reader in(m.payload());
   auto s = state_of(in.get<header>().id);
   std::lock_guard lk(s->mu);
-  if (s->waiting || (s->trying && s->try_result == 0)) {
+  if (s->lent) {
+    // The lent token comes back (there is one token, and this rank owns it: nobody else can
+    // grant it here). Whoever asked first gets it: our own lock(), if it was queued here before
+    // any other request (self_queued; `next` then waits for our unlock), else the successor in
+    // `next` (our own lock(), if any, is queued further down the chain); else it stays here.
+    s->lent = false;
+    if (s->self_queued) {  // our lock() asked before anyone queued here: it goes first
+      s->self_queued = false;
+      s->arrived = m.store();
+    } else if (s->next >= 0) {
+      s->token = true;
+      s->returned = m.store();
+      const int to = s->next;
+      s->next = -1;
+      pass_token_locked(*s, to);
+    } else {
+      s->token = true;
+      s->returned = m.store();
+    }
+  } else if (s->waiting || (s->trying && s->try_result == 0)) {
     if (s->trying) {
       s->try_result = 1;
       s->lender = m.source();
     }
     s->arrived = m.store();
-  } else if (s->lent) {
-    s->lent = false;
-    s->token = true;
-    s->returned = m.store();
-    if (s->next >= 0) {
-      const int to = s->next;
-      s->next = -1;
-      pass_token_locked(*s, to);
-    }
   } else {
     m.accept();
     detail::fail(MDSM_ERR_MALFORMED, "mutex #", s->id, ": a lock token arrived at rank ", current().rank(),
@@ -195,13 +226,8 @@ mutex::mutex() : mutex(-1) {}
 
 mutex::mutex(int manager) {
   require_application_thread("mutex::mutex");
-  auto s = current().create<mutex_state>(kind::mutex, manager, 0);
+  auto s = current().create<mutex_state>(kind::mutex, manager, 0, current().rank());
   id_ = s->id;
-  std::lock_guard lk(s->mu);
-  if (s->manager == current().rank()) {
-    s->token = true;  // the lock starts free at its manager
-    s->last = s->manager;
-  }
 }
 
 mutex::~mutex() {
@@ -211,11 +237,21 @@ mutex::~mutex() {
 void mutex::lock() {
   require_application_thread("mutex::lock");
   auto s = state_of(id_);
+  {
+    std::lock_guard lk(s->mu);
+    if (s->held && s->owner_thread == std::this_thread::get_id())
+      detail::fail(MDSM_ERR_BUSY, "mutex::lock: mutex #", id_, " is already held by this thread; mdsm::mutex is not "
+                   "recursive (unlock it first)");
+  }
   acquire_local_owner(*s);
+  // Deliver requests that already arrived before re-taking a cached token: otherwise a rank
+  // that locks in a loop could keep the lock from a forwarded request forever.
+  poll();
   std::unique_lock lk(s->mu);
   if (s->free_here()) {
     accept_returned_locked(*s, lk);
     s->held = true;
+    s->owner_thread = std::this_thread::get_id();
     return;
   }
   s->waiting = true;
@@ -230,6 +266,7 @@ void mutex::lock() {
   s->waiting = false;
   s->token = true;
   s->held = true;
+  s->owner_thread = std::this_thread::get_id();
 }
 
 bool mutex::try_lock() {
@@ -241,6 +278,7 @@ bool mutex::try_lock() {
   if (s->free_here()) {
     accept_returned_locked(*s, lk);
     s->held = true;
+    s->owner_thread = std::this_thread::get_id();
     return true;
   }
   if (s->token || s->lent) {  // held here, or lent out: not free without waiting
@@ -263,6 +301,7 @@ bool mutex::try_lock() {
   if (got) {
     s->token = true;
     s->held = true;
+    s->owner_thread = std::this_thread::get_id();
   } else {
     s->local_owner.store(false, std::memory_order_release);
   }

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <thread>
 #include <mutex>
 #include <numeric>
 #include <vector>
@@ -112,6 +113,67 @@ TEST_CASE("mutex: try_lock fails while held, lends a free lock, and the loan car
     }
     b.arrive_and_wait();
   }
+}
+
+TEST_CASE("mutex: the lender locks while its token is lent, with and without a queued rank", "[sync][np2+]") {
+  // Rank 1 borrows rank 0's free token (try_lock). While it holds the loan, rank 0 -- and with
+  // 3+ ranks also rank 2 -- call lock(): rank 0's own request must not queue it behind itself,
+  // and the returning token must reach every waiter exactly once, in whatever order.
+  session s;
+  const int me = mdsm::rank(), n = mdsm::size();
+  const int lockers = n > 2 ? 2 : 1;
+  mdsm::mutex m(0);
+  mdsm::barrier b;
+  auto* x = mdsm::alloc_collective_array<int>(1);
+  std::atomic<int> notes{0};
+  auto note = mdsm::register_handler("test.note", [&](mdsm::message&) { ++notes; });
+  b.arrive_and_wait();
+  if (me == 1) {
+    REQUIRE(m.try_lock());
+    *x = 1;
+    for (int r : {0, 2})
+      if (r < n) mdsm::send(r, note, {}, mdsm::annotation::none);
+    mdsm::wait_until([&] { return notes.load() == lockers; });  // both are about to lock
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // let their requests queue
+    m.unlock();  // the loan returns to rank 0
+  } else if (me == 0 || me == 2) {
+    mdsm::wait_until([&] { return notes.load() == 1; });
+    mdsm::send(1, note, {}, mdsm::annotation::none);
+    m.lock();
+    CHECK(*x >= 1);
+    *x += 1;
+    m.unlock();
+  }
+  b.arrive_and_wait();
+  CHECK(*x == 1 + lockers);
+  b.arrive_and_wait();
+  // The lock keeps working for everybody afterwards, with all writes visible.
+  for (int r = 0; r < n; ++r) {
+    if (me == r) {
+      std::lock_guard g(m);
+      CHECK(*x == 1 + lockers + r);
+      *x += 1;
+    }
+    b.arrive_and_wait();
+  }
+}
+
+TEST_CASE("mutex: locking a mutex this thread holds is an error, not a deadlock", "[sync][np2+]") {
+  session s;
+  mdsm::mutex m;
+  mdsm::barrier b;
+  if (mdsm::rank() == 1) {
+    m.lock();
+    try {
+      m.lock();
+      FAIL("a recursive lock succeeded");
+    } catch (const mdsm::error& e) {
+      CHECK(e.code() == MDSM_ERR_BUSY);
+    }
+    CHECK(m.held());
+    m.unlock();
+  }
+  b.arrive_and_wait();
 }
 
 TEST_CASE("mutex: message counts of uncontended remote acquires", "[sync][np3+]") {

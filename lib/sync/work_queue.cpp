@@ -30,6 +30,9 @@ struct queue_state final : object {
   // Manager (guarded by mu).
   std::deque<stored_message> items;
   std::deque<int> waiters;
+  // The manager's own pushes still on their way to it (they travel as messages, its own pop is
+  // handled in place, so per-sender order does not cover them): termination waits for them.
+  int own_pushes_in_flight = 0;
   // Consumer (guarded by mu).
   bool popping = false;
   int result = 0;  // 0 pending, 1 item, 2 done
@@ -81,7 +84,8 @@ void match_locked(queue_state& s) {
     s.waiters.pop_front();
     deliver_locked(s, w, std::move(item));
   }
-  if (s.items.empty() && static_cast<int>(s.waiters.size()) == current().size()) finish_round_locked(s);
+  if (s.items.empty() && s.own_pushes_in_flight == 0 && static_cast<int>(s.waiters.size()) == current().size())
+    finish_round_locked(s);
 }
 
 }  // namespace
@@ -91,6 +95,7 @@ void on_queue_push(message& m) {
   auto s = state_of(in.get<header>().id);
   std::lock_guard lk(s->mu);
   if (is_manager_role(*s, m, current().rank())) {
+    if (m.origin() == current().rank()) --s->own_pushes_in_flight;
     s->items.push_back(m.store());
     match_locked(*s);
   } else {  // an item forwarded to this consumer
@@ -131,6 +136,10 @@ work_queue::~work_queue() {
 
 void work_queue::push(std::span<const std::byte> item) {
   auto s = state_of(id_);
+  if (s->manager == current().rank()) {
+    std::lock_guard lk(s->mu);
+    ++s->own_pushes_in_flight;
+  }
   send(s->manager, current().h_queue_push, payload_builder(id_, op_push).put_bytes(item).bytes(), annotation::release);
 }
 

@@ -403,6 +403,32 @@ TEST_CASE("work stack: LIFO order at the manager, termination with an empty stac
   world_barrier();
 }
 
+TEST_CASE("work queue: the manager's own push is not lost when it pops while every other rank waits",
+          "[sync][np2+]") {
+  // The manager's pop is handled in place but its push travels to itself as a message; the round
+  // must not end while that push is in flight (the item would be lost and pop() return nullopt).
+  session s;
+  const int me = mdsm::rank();
+  for (int round = 0; round < 20; ++round) {
+    mdsm::work_queue q(mdsm::work_queue::order::fifo, 0);
+    int got = 0;
+    if (me == 0) {
+      // Let the others' pop requests reach the manager first.
+      const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(20);
+      while (std::chrono::steady_clock::now() < until) mdsm::poll();
+      q.push_value(round);
+    }
+    while (auto v = q.pop_value<int>()) {
+      CHECK(*v == round);
+      ++got;
+    }
+    int total = 0;
+    MPI_Allreduce(&got, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    CHECK(total == 1);
+  }
+  world_barrier();
+}
+
 TEST_CASE("sync misuse returns clear errors", "[sync][np2+]") {
   session s;
   const int me = mdsm::rank(), n = mdsm::size();

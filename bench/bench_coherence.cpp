@@ -25,6 +25,7 @@
 #include <map>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace {
@@ -355,6 +356,14 @@ int main(int argc, char** argv) {
   } else {
     silent_reporter quiet;
     benchmark::RunSpecifiedBenchmarks(&quiet);
+  }
+  // Rank 1 finishes first (it does not run (b)); it waits here asleep rather than spinning in
+  // mdsm::finalize, which would take a core from rank 0's diff benchmarks.
+  MPI_Request req;
+  MPI_Ibarrier(g_comm, &req);
+  for (int done = 0; !done;) {
+    MPI_Test(&req, &done, MPI_STATUS_IGNORE);
+    if (!done) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   MPI_Comm_free(&g_comm);
   mdsm::finalize();

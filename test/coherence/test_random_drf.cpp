@@ -13,11 +13,16 @@
 // sequential execution, a rank only waits for messages sent earlier in it: no deadlock.
 //
 // The shared words lie on a few pages, several per page (at page ends, adjacent, scattered), so
-// pages are written by several ranks at once (false sharing: twins, diffs and merging).
+// pages are written by several ranks at once (false sharing: twins, diffs and merging). Each seed
+// also picks: progress thread on or off, garbage collection at every barrier or not, the words in
+// the collective arena or in one rank's arena (the others fetch whole pages from it), 1- or
+// 2-page coherence units. Each seed runs in a fresh mdsm session, so a replay is faithful.
 //
 //   MDSM_DRF_SEEDS=n   how many seeds (default 60, from 1)
 //   MDSM_DRF_SEED=n    run only seed n (replay a failure; use the same number of ranks)
-// A failure prints the seed, the rank, the step and the word.
+//   MDSM_DRF_TRACE=1   print each rank's program
+// A failure prints the seed, the rank, the step and the word, and aborts the job; a seed that
+// hangs is reported after 60 s.
 #include "support/session.hpp"
 
 #include <algorithm>

@@ -106,8 +106,9 @@ void fault_diff(benchmark::State& state) {
   static std::uint32_t* page = nullptr;
   if (page == nullptr) page = mdsm::alloc_collective_array<std::uint32_t>(k_words);
   mdsm::barrier b;
-  b.arrive_and_wait();
+  // Before the barrier: rank 1's first release may arrive before rank 0 has left it.
   const int base_rel = g_releases.load(), base_ack = g_acks.load();
+  b.arrive_and_wait();
   std::uint32_t value = static_cast<std::uint32_t>(percent) << 20;
   int i = 0;
   double total = 0;
@@ -147,8 +148,8 @@ void fault_diff(benchmark::State& state) {
 // address; every read of a new page by rank 0 faults and fetches the whole page from rank 1.
 void fault_page(benchmark::State& state) {
   const int iters = static_cast<int>(state.max_iterations);
+  const int base_rel = g_releases.load();  // before the collective below (see fault_diff)
   mdsm::barrier b;
-  const int base_rel = g_releases.load();
   if (g_rank == 1) {
     // Never freed: a reused address would still be a valid copy on rank 0 (no fetch to time).
     auto* pages = mdsm::alloc_array<std::uint32_t>(static_cast<std::size_t>(iters) * k_words);

@@ -21,7 +21,8 @@
 
 namespace {
 
-constexpr int k_iterations = 20000;
+constexpr int k_iterations = 5000;  // round trips per run
+constexpr int k_rounds = 21;        // interleaved runs of every variant
 int g_rank = 0;
 MPI_Comm g_comm;
 
@@ -41,10 +42,12 @@ void register_handlers() {
   });
 }
 
-void mdsm_roundtrip(benchmark::State& state, mdsm::annotation a) {
-  g_payload.assign(static_cast<std::size_t>(state.range(0)), std::byte{1});
-  MPI_Barrier(g_comm);
+void mdsm_roundtrip(benchmark::State& state, mdsm::annotation a, long bytes) {
+  g_payload.assign(static_cast<std::size_t>(bytes), std::byte{1});
+  // Read the counters before the barrier: once rank 0 leaves it, its first ping may be handled
+  // on rank 1 before rank 1 has left it too.
   const long pings0 = g_pings.load(), pongs0 = g_pongs.load();
+  MPI_Barrier(g_comm);
   long i = 0;
   for (auto _ : state) {
     ++i;
@@ -58,8 +61,8 @@ void mdsm_roundtrip(benchmark::State& state, mdsm::annotation a) {
   MPI_Barrier(g_comm);
 }
 
-void mpi_roundtrip(benchmark::State& state) {
-  g_payload.assign(static_cast<std::size_t>(state.range(0)), std::byte{1});
+void mpi_roundtrip(benchmark::State& state, long bytes) {
+  g_payload.assign(static_cast<std::size_t>(bytes), std::byte{1});
   std::vector<std::byte> in(g_payload.size());
   const int n = static_cast<int>(g_payload.size());
   MPI_Barrier(g_comm);
@@ -77,15 +80,21 @@ void mpi_roundtrip(benchmark::State& state) {
 
 void register_all() {
   for (long bytes : {8L, 1024L}) {
-    const std::string group = "roundtrip/" + std::string(bytes == 8 ? "8B" : "1KiB") + "/";
-    auto fixed = [&](benchmark::internal::Benchmark* b) {
-      b->Arg(bytes)->Iterations(k_iterations)->Repetitions(5)->ReportAggregatesOnly(true)->Unit(benchmark::kMicrosecond);
+    using mdsm::annotation;
+    auto rt = [bytes](annotation a) {
+      return [bytes, a](benchmark::State& s) {
+        s.SetLabel(std::to_string(bytes) + " B");
+        mdsm_roundtrip(s, a, bytes);
+      };
     };
-    fixed(benchmark::RegisterBenchmark((group + "MPI_Send_Recv").c_str(), mpi_roundtrip));
-    fixed(benchmark::RegisterBenchmark((group + "NONE").c_str(), mdsm_roundtrip, mdsm::annotation::none));
-    fixed(benchmark::RegisterBenchmark((group + "REQUEST").c_str(), mdsm_roundtrip, mdsm::annotation::request));
-    fixed(benchmark::RegisterBenchmark((group + "RELEASE").c_str(), mdsm_roundtrip, mdsm::annotation::release));
-    fixed(benchmark::RegisterBenchmark((group + "RELEASE_NT").c_str(), mdsm_roundtrip, mdsm::annotation::release_nt));
+    mdsm_bench::register_interleaved(
+        "roundtrip/" + std::string(bytes == 8 ? "8B" : "1KiB"),
+        {{"MPI_Send_Recv", [bytes](benchmark::State& s) { mpi_roundtrip(s, bytes); }},
+         {"NONE", rt(annotation::none)},
+         {"REQUEST", rt(annotation::request)},
+         {"RELEASE", rt(annotation::release)},
+         {"RELEASE_NT", rt(annotation::release_nt)}},
+        {.rounds = k_rounds, .iterations = k_iterations, .unit = benchmark::kMicrosecond});
   }
 }
 
@@ -104,7 +113,8 @@ int main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);
   register_all();
   if (g_rank == 0) {
-    std::printf("2 ranks of %d; medians of 5 repetitions x %d round trips\n", mdsm::size(), k_iterations);
+    std::printf("2 ranks of %d; %d interleaved rounds x %d round trips per variant\n", mdsm::size(), k_rounds,
+                k_iterations);
     mdsm_bench::ratio_reporter report({"MPI_Send_Recv"},
                                       {{"NONE", 1.10}, {"REQUEST", 1.5}, {"RELEASE", 1.5}, {"RELEASE_NT", 1.5}});
     benchmark::RunSpecifiedBenchmarks(&report);

@@ -1,15 +1,23 @@
 // What every mdsm benchmark shares: Google Benchmark runs on every rank (each rank must take
-// part in every iteration), rank 0 reports, and the report ends with a ratio table that puts each
+// part in every iteration), rank 0 reports, and the report is a table that puts each
 // measurement next to its baseline from the same run (raw MPI, MPI RMA, memcmp ...), because on
 // a shared, noisy machine only side-by-side ratios mean something.
 //
+// Interleaving: a group's variants are registered in rounds (round 0 runs every variant once,
+// then round 1 ...), so a baseline run and the variant runs it is compared with happen within
+// milliseconds of each other: a burst of load from another process hits them alike. The ratio
+// reported is the median over rounds of (variant time / baseline time of the same round).
+//
 // Naming: a benchmark is "<group>/<variant>"; the group's baseline is the variant named in the
-// `baselines` list given to the reporter. Ratios compare medians of the repetitions.
+// `baselines` list given to the reporter. Every rank must register the same benchmarks in the
+// same order (they run in lock step).
 #pragma once
 
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <functional>
 #include <map>
 #include <string>
 #include <utility>
@@ -17,55 +25,106 @@
 
 namespace mdsm_bench {
 
+struct variant {
+  std::string name;
+  std::function<void(benchmark::State&)> fn;
+};
+
+struct round_options {
+  int rounds = 11;
+  benchmark::IterationCount iterations = 1000;  // per run; every rank must run the same count
+  benchmark::TimeUnit unit = benchmark::kMicrosecond;
+  bool manual_time = false;  // the functions call state.SetIterationTime
+};
+
+// Registers `group/<variant>` for every variant, `opt.rounds` times, interleaved by round.
+inline void register_interleaved(const std::string& group, const std::vector<variant>& variants,
+                                 const round_options& opt) {
+  for (int r = 0; r < opt.rounds; ++r)
+    for (const variant& v : variants) {
+      auto* b = benchmark::RegisterBenchmark((group + "/" + v.name).c_str(),
+                                             [fn = v.fn](benchmark::State& s) { fn(s); });
+      b->Iterations(opt.iterations)->Repetitions(1)->Unit(opt.unit);
+      if (opt.manual_time) b->UseManualTime();
+    }
+}
+
+inline double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+// Prints the machine context, then at the end one line per group and variant: the median and
+// fastest run (time per iteration), the number of runs, and the median of the per-round ratios
+// to the group's baseline, with its target if one was given. Errors are printed as they come.
 class ratio_reporter : public benchmark::ConsoleReporter {
  public:
-  // `baselines`: variant names that serve as a group's baseline. `targets`: optional upper
-  // bounds on a variant's ratio ("variant" -> bound), printed next to the ratio.
+  // `baselines`: variant names that serve as a group's baseline (the first present is used).
+  // `targets`: optional upper bounds on a variant's ratio ("variant" -> bound).
   explicit ratio_reporter(std::vector<std::string> baselines, std::map<std::string, double> targets = {})
       : baselines_(std::move(baselines)), targets_(std::move(targets)) {}
 
   void ReportRuns(const std::vector<Run>& runs) override {
-    ConsoleReporter::ReportRuns(runs);
     for (const Run& r : runs) {
-      if (r.aggregate_name != "median" || r.error_occurred) continue;
+      if (r.run_type != Run::RT_Iteration) continue;
       const std::string name = r.run_name.function_name;
+      if (r.error_occurred) {
+        std::printf("%s: ERROR %s\n", name.c_str(), r.error_message.c_str());
+        errors_ = true;
+        continue;
+      }
       const auto slash = name.rfind('/');
       if (slash == std::string::npos) continue;
-      std::string group = name.substr(0, slash);
-      if (!r.run_name.args.empty()) group += " [" + r.run_name.args + "]";
-      groups_[group].emplace_back(name.substr(slash + 1), r.GetAdjustedRealTime());
-      if (order_.empty() || order_.back() != group) order_.push_back(group);
+      const std::string group = name.substr(0, slash), var = name.substr(slash + 1);
+      if (std::find(order_.begin(), order_.end(), group) == order_.end()) order_.push_back(group);
+      auto& vs = variants_[group];
+      if (std::find(vs.begin(), vs.end(), var) == vs.end()) vs.push_back(var);
+      times_[group][var].push_back(r.GetAdjustedRealTime());
+      unit_[group] = benchmark::GetTimeUnitString(r.time_unit);
     }
   }
 
   void Finalize() override {
-    ConsoleReporter::Finalize();
-    std::printf("\nratios to the baseline of each group (medians, same run):\n");
+    std::printf("\n%-34s %-24s %11s %11s %6s %9s\n", "group", "variant", "median", "fastest", "runs", "ratio");
     for (const std::string& g : order_) {
-      const auto& rows = groups_[g];
-      double base = 0;
-      std::string base_name;
+      const auto& t = times_[g];
+      std::string base;
       for (const std::string& b : baselines_)
-        for (const auto& [variant, t] : rows)
-          if (base_name.empty() && variant == b) base = t, base_name = variant;
-      std::printf("  %s (baseline %s)\n", g.c_str(), base_name.empty() ? "missing" : base_name.c_str());
-      for (const auto& [variant, t] : rows) {
-        if (variant == base_name || base <= 0) continue;
-        const double ratio = t / base;
-        std::printf("    %-28s %8.3f x", variant.c_str(), ratio);
-        if (auto it = targets_.find(variant); it != targets_.end())
-          std::printf("   target <= %.2f x: %s", it->second, ratio <= it->second ? "met" : "MISSED");
+        if (base.empty() && t.count(b)) base = b;
+      for (const std::string& v : variants_[g]) {
+        const auto& mine = t.at(v);
+        std::printf("%-34s %-24s %9.3f%-2s %9.3f%-2s %6zu", g.c_str(), v.c_str(), median(mine), unit_[g].c_str(),
+                    *std::min_element(mine.begin(), mine.end()), unit_[g].c_str(), mine.size());
+        if (!base.empty() && v != base) {
+          const auto& b = t.at(base);
+          std::vector<double> ratios;
+          for (std::size_t i = 0; i < std::min(mine.size(), b.size()); ++i)
+            if (b[i] > 0) ratios.push_back(mine[i] / b[i]);
+          const double ratio = median(ratios);
+          std::printf(" %8.3fx", ratio);
+          if (auto it = targets_.find(v); it != targets_.end())
+            std::printf("  target <= %.2fx: %s", it->second, ratio <= it->second ? "met" : "MISSED");
+        } else if (v == base) {
+          std::printf("  baseline");
+        }
         std::printf("\n");
       }
     }
     std::fflush(stdout);
   }
 
+  bool errors() const noexcept { return errors_; }
+
  private:
   std::vector<std::string> baselines_;
   std::map<std::string, double> targets_;
   std::vector<std::string> order_;
-  std::map<std::string, std::vector<std::pair<std::string, double>>> groups_;
+  std::map<std::string, std::vector<std::string>> variants_;
+  std::map<std::string, std::map<std::string, std::vector<double>>> times_;
+  std::map<std::string, std::string> unit_;
+  bool errors_ = false;
 };
 
 // Ranks other than 0 run the same benchmarks and report nothing.

@@ -192,6 +192,19 @@ void poll();
 // Drives progress until `done()` returns true. `done` is called without locks held; state it
 // reads that handlers write must be atomic (or otherwise synchronized). Application threads only.
 void wait_until(const std::function<bool()>& done);
+
+namespace detail {
+void wait_until_ref(bool (*done)(void* ctx), void* ctx);
+}
+// The same for a lambda or other callable, without wrapping it in a std::function (a wait is on
+// the path of every round trip).
+template <class Pred>
+  requires(std::is_invocable_r_v<bool, Pred&> && !std::is_same_v<std::remove_cvref_t<Pred>, std::function<bool()>>)
+void wait_until(Pred&& done) {
+  detail::wait_until_ref(
+      [](void* ctx) -> bool { return static_cast<bool>((*static_cast<std::remove_reference_t<Pred>*>(ctx))()); },
+      const_cast<void*>(static_cast<const volatile void*>(std::addressof(done))));
+}
 // True inside a message handler.
 bool in_handler() noexcept;
 

@@ -178,8 +178,14 @@ void poll() {
 
 void wait_until(const std::function<bool()>& done) {
   if (!done) detail::fail(MDSM_ERR_INVALID_ARGUMENT, "wait_until: empty predicate");
+  detail::wait_until_ref([](void* ctx) { return (*static_cast<const std::function<bool()>*>(ctx))(); },
+                         const_cast<std::function<bool()>*>(&done));
+}
+
+void detail::wait_until_ref(bool (*done)(void*), void* ctx) {
+  if (done == nullptr) detail::fail(MDSM_ERR_INVALID_ARGUMENT, "wait_until: empty predicate");
   detail::runtime& r = detail::rt_blocking("wait_until");
-  r.progress->wait_until([&] { return done() || detail::g_has_deferred.load(std::memory_order_acquire); });
+  r.progress->wait_until([&] { return done(ctx) || detail::g_has_deferred.load(std::memory_order_acquire); });
   r.engine->wait_all_acquires();
   detail::rethrow_deferred();
 }

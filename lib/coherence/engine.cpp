@@ -135,10 +135,14 @@ void engine::encode_release(int dest, bool transitive, net::byte_writer& out) {
 
 void engine::learn_request(int origin, std::span<const std::byte> cinfo) {
   net::byte_reader in(cinfo);
-  vector_time vt = vector_time::decode(in, static_cast<std::size_t>(size_));
+  // Validate everything before taking the lock; then merge straight from the bytes.
+  const auto n = in.get<std::uint32_t>();
+  if (n != static_cast<std::uint32_t>(size_)) net::byte_reader::malformed("vector timestamp of the wrong width");
+  const std::span<const std::byte> entries = in.get_bytes(std::size_t{n} * sizeof(std::uint32_t));
   in.expect_done();
+  if (origin == rank_) return;
   std::lock_guard lk(meta_);
-  learn_locked(origin, vt);
+  known_[static_cast<std::size_t>(origin)].merge_encoded(entries);
 }
 
 release_info engine::decode_release(int origin, std::span<const std::byte> cinfo) {
@@ -190,6 +194,48 @@ std::vector<std::pair<int, std::vector<std::uint32_t>>> engine::missing_locked(c
     ranges.insert(ranges.end(), {c, have[c], need[c]});
   }
   return {by_origin.begin(), by_origin.end()};
+}
+
+bool engine::carried_covers_locked(const release_info& info) const {
+  // One pass over the records, which encode_release emits sorted by (creator, index); anything
+  // else is left to the general path in begin_acquire(vector).
+  const auto& rs = info.records;
+  std::size_t i = 0;
+  for (std::uint32_t c = 0; c < static_cast<std::uint32_t>(size_); ++c) {
+    std::uint32_t have = vt_[c];
+    for (; i < rs.size() && rs[i]->creator == c; ++i) {
+      if (i > 0 && rs[i - 1]->creator == c && rs[i - 1]->index >= rs[i]->index) return false;
+      if (rs[i]->index == have + 1) have = rs[i]->index;
+      else if (rs[i]->index > have) return false;  // a gap
+    }
+    if (have < info.required[c]) return false;
+  }
+  return i == rs.size();
+}
+
+namespace {
+// What begin_acquire returns for an acquire that completed at once.
+const acquire_ptr& completed_acquire() {
+  static const acquire_ptr done = [] {
+    auto a = std::make_shared<acquire_state>();
+    a->done.store(true);
+    return a;
+  }();
+  return done;
+}
+}  // namespace
+
+acquire_ptr engine::begin_acquire(release_info&& info) {
+  {
+    std::lock_guard lk(meta_);
+    if (carried_covers_locked(info)) {
+      if (!info.records.empty()) apply_batch_locked(std::move(info.records));
+      return completed_acquire();
+    }
+  }
+  std::vector<release_info> one;
+  one.push_back(std::move(info));
+  return begin_acquire(std::move(one));
 }
 
 acquire_ptr engine::begin_acquire(std::vector<release_info> infos) {

@@ -72,6 +72,10 @@ class engine {
   // Accepts: applies at once when nothing is missing; otherwise fetches the missing records
   // from the origins and applies everything when they arrive. Never blocks.
   acquire_ptr begin_acquire(std::vector<release_info> infos);
+  // The same for one message. When the records it carries complete what this rank knows up to
+  // the required time (the common case: an un-forwarded RELEASE), they are applied at once
+  // without allocating an acquire.
+  acquire_ptr begin_acquire(release_info&& info);
   // Application thread: waits until the acquire is complete.
   void wait_acquire(const acquire_ptr& a);
   bool all_acquires_done() const noexcept { return incomplete_acquires_.load(std::memory_order_acquire) == 0; }
@@ -100,6 +104,7 @@ class engine {
  private:
   // engine.cpp: intervals and acquires
   bool close_interval_locked();
+  bool carried_covers_locked(const release_info& info) const;
   std::vector<std::pair<int, std::vector<std::uint32_t>>> missing_locked(const acquire_state& a);
   void apply_batch_locked(std::vector<record_ptr> records);
   void finish_acquire_locked(acquire_state& a);

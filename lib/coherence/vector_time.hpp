@@ -9,6 +9,8 @@
 #include "net/wire.hpp"
 
 #include <algorithm>
+#include <cstring>
+#include <span>
 #include <cstdint>
 #include <vector>
 
@@ -26,6 +28,14 @@ class vector_time {
   // Componentwise max.
   void merge(const vector_time& other) {
     for (std::size_t i = 0; i < v_.size(); ++i) v_[i] = std::max(v_[i], other.v_[i]);
+  }
+  // Componentwise max with size() host-order u32 values (validated by the caller).
+  void merge_encoded(std::span<const std::byte> values) {
+    for (std::size_t i = 0; i < v_.size(); ++i) {
+      std::uint32_t x;
+      std::memcpy(&x, values.data() + i * sizeof x, sizeof x);
+      v_[i] = std::max(v_[i], x);
+    }
   }
   // True if this knows everything `other` knows.
   bool covers(const vector_time& other) const {

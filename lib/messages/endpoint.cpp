@@ -53,7 +53,7 @@ endpoint::~endpoint() { transport_.set_handler(net::channel::messages, nullptr, 
 
 const detail::handler_entry* endpoint::entry(handler_id h) const {
   if (h >= published_.load(std::memory_order_acquire)) return nullptr;
-  return &handlers_[h];
+  return table_[h];
 }
 
 void endpoint::check_dest(int dest, const char* what) const {
@@ -67,8 +67,12 @@ handler_id endpoint::register_handler(std::string_view name, handler_fn fn) {
   if (!fn) detail::fail(MDSM_ERR_INVALID_ARGUMENT, "register_handler('", name, "'): the handler function is empty");
   std::lock_guard lk(register_mutex_);
   const auto id = static_cast<handler_id>(handlers_.size());
+  if (id >= k_max_handlers)
+    detail::fail(MDSM_ERR_INVALID_ARGUMENT, "register_handler('", name, "'): at most ", k_max_handlers,
+                 " handlers can be registered; dispatch several message kinds from one handler");
   const std::uint32_t hash = name_hash(name);
   handlers_.push_back(detail::handler_entry{std::string(name), hash, std::move(fn)});
+  table_[id] = &handlers_.back();
   // Publish before agreeing: once the agreement completes on any rank, every rank has published
   // the handler, so a message sent afterwards finds it.
   published_.store(handlers_.size(), std::memory_order_release);
@@ -101,21 +105,23 @@ void endpoint::send(int dest, handler_id h, std::span<const std::byte> payload, 
   if (entry(h) == nullptr)
     detail::fail(MDSM_ERR_UNKNOWN_HANDLER, "send: handler id ", h, " was never registered (", published_.load(),
                  " handlers exist)");
-  thread_local net::byte_writer cinfo;
-  cinfo.clear();
-  switch (a) {
-    case annotation::none: break;
-    case annotation::request: engine_.encode_request(cinfo); break;
-    case annotation::release: engine_.encode_release(dest, true, cinfo); break;
-    case annotation::release_nt: engine_.encode_release(dest, false, cinfo); break;
-  }
   const unsigned ai = static_cast<unsigned>(a);
   stats::add(stats::by_annotation(stats::counter::msgs_sent_none, ai));
   stats::add(stats::by_annotation(stats::counter::payload_bytes_sent_none, ai), payload.size());
+  const auto header = net::make_header(net::channel::messages, h, transport_.rank(), static_cast<std::uint8_t>(ai));
+  if (a == annotation::none) {  // nothing attached: the cost of a plain MPI message
+    transport_.send(dest, header, payload, {});
+    return;
+  }
+  thread_local net::byte_writer cinfo;
+  cinfo.clear();
+  switch (a) {
+    case annotation::request: engine_.encode_request(cinfo); break;
+    case annotation::release: engine_.encode_release(dest, true, cinfo); break;
+    default: engine_.encode_release(dest, false, cinfo); break;
+  }
   stats::add(stats::by_annotation(stats::counter::cinfo_bytes_sent_none, ai), cinfo.size());
-  transport_.send(dest,
-                  net::make_header(net::channel::messages, h, transport_.rank(), static_cast<std::uint8_t>(a)),
-                  payload, cinfo.bytes());
+  transport_.send(dest, header, payload, cinfo.bytes());
 }
 
 void endpoint::on_frame(void* ctx, const net::inbound_frame& f) { static_cast<endpoint*>(ctx)->deliver(f); }
@@ -168,7 +174,7 @@ void endpoint::accept(detail::inbound& in) {
   mark_disposed(in.disposed, in.entry.name, "accept");
   if (in.release) {
     stats::add(stats::counter::msgs_accepted);
-    engine_.begin_acquire({std::move(*in.release)});  // handler context: completes asynchronously
+    engine_.begin_acquire(std::move(*in.release));  // handler context: completes asynchronously
   }
 }
 
@@ -196,7 +202,7 @@ void endpoint::accept(detail::stored& s) {
   mark_disposed(s.disposed, s.entry->name, "accept");
   if (!s.release) return;
   stats::add(stats::counter::msgs_accepted);
-  auto acq = engine_.begin_acquire({std::move(*s.release)});
+  auto acq = engine_.begin_acquire(std::move(*s.release));
   s.release.reset();
   if (net::current_handler() == nullptr) engine_.wait_acquire(acq);
 }

@@ -12,6 +12,7 @@
 
 #include <mdsm/mdsm.hpp>
 
+#include <array>
 #include <atomic>
 #include <deque>
 #include <mutex>
@@ -88,6 +89,10 @@ class endpoint {
   coherence::engine& engine_;
   std::mutex register_mutex_;
   std::deque<detail::handler_entry> handlers_;  // stable addresses; append-only
+  // handlers_[i] by id, for the lookup on every send and delivery (a deque index costs ~50
+  // instructions). Entries below published_ are immutable.
+  static constexpr std::size_t k_max_handlers = 4096;
+  std::array<const detail::handler_entry*, k_max_handlers> table_{};
   std::atomic<std::size_t> published_{0};
 };
 

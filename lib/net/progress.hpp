@@ -22,6 +22,7 @@
 #pragma once
 
 #include "net/transport.hpp"
+#include "stats/clock.hpp"
 
 #include <atomic>
 #include <condition_variable>
@@ -88,26 +89,30 @@ class progress {
     waiter_guard guard(*this);
     unsigned idle_turns = 0;
     while (!done()) {
-      if (!poll_once()) idle(idle_turns);
+      // One frame per turn: the condition is checked after every frame, so a waiter leaves as
+      // soon as the frame it waits for has been handled.
+      if (!poll_once(1)) idle(idle_turns);
       else idle_turns = 0;
     }
   }
 
-  // One turn of progress if the lock is free. Returns true if a frame was delivered.
-  bool poll_once();
+  // One turn of progress if the lock is free: delivers up to `max_frames` frames. Returns true
+  // if a frame was delivered.
+  static constexpr std::size_t k_batch = 16;
+  bool poll_once(std::size_t max_frames = k_batch);
 
   void set_hooks(const wait_hooks& hooks) { hooks_ = hooks; }
 
  private:
   struct waiter_guard {
-    explicit waiter_guard(progress& p) : p_(p), start_ns_(now_ns()) {}
-    ~waiter_guard() { p_.leave_wait(start_ns_); }
+    explicit waiter_guard(progress& p) : p_(p), start_(stats::ticks()) {}
+    ~waiter_guard() { p_.leave_wait(start_); }
     progress& p_;
-    std::uint64_t start_ns_;
+    std::uint64_t start_;
   };
   static std::uint64_t now_ns() noexcept;
   void enter_wait();
-  void leave_wait(std::uint64_t start_ns);
+  void leave_wait(std::uint64_t start_ticks);
   void idle(unsigned& turns);
   void thread_main();
 

@@ -41,22 +41,30 @@ transport::transport(MPI_Comm base, std::size_t inline_max) : inline_max_(inline
   MPI_Comm_set_errhandler(coll_comm_, MPI_ERRORS_RETURN);
   MPI_Comm_rank(comm_, &rank_);
   MPI_Comm_size(comm_, &size_);
-  ring_buffers_.resize(k_ring_slots + 1);  // one spare: see poll()
+  ring_buffers_.resize(k_ring_slots);
   ring_requests_.resize(k_ring_slots);
   for (auto& b : ring_buffers_) b = std::make_unique<std::byte[]>(inline_max_);
-  for (std::size_t i = 0; i < k_ring_slots; ++i)
-    check_mpi(MPI_Irecv(ring_buffers_[i].get(), static_cast<int>(inline_max_), MPI_BYTE, MPI_ANY_SOURCE, k_ring_tag,
-                        comm_, &ring_requests_[i]),
-              "MPI_Irecv");
+  // Persistent receives: reposting a slot is an MPI_Start, which skips the request allocation
+  // and set-up an MPI_Irecv pays on every message.
+  for (std::size_t i = 0; i < k_ring_slots; ++i) {
+    check_mpi(MPI_Recv_init(ring_buffers_[i].get(), static_cast<int>(inline_max_), MPI_BYTE, MPI_ANY_SOURCE, k_ring_tag,
+                            comm_, &ring_requests_[i]),
+              "MPI_Recv_init");
+    post_receive(i);
+  }
 }
 
 transport::~transport() {
   // Pre: the job is quiescent (finalize detected termination), so nothing is in flight to us.
   for (auto& p : inflight_) MPI_Wait(&p.request, MPI_STATUS_IGNORE);
   inflight_.clear();
-  for (auto& r : ring_requests_) {
-    MPI_Cancel(&r);
-    MPI_Wait(&r, MPI_STATUS_IGNORE);
+  for (std::size_t i = 0; i < ring_requests_.size(); ++i) {
+    MPI_Request& r = ring_requests_[i];
+    if (!(repost_pending_ && repost_slot_ == i)) {  // active: cancel it
+      MPI_Cancel(&r);
+      MPI_Wait(&r, MPI_STATUS_IGNORE);
+    }
+    MPI_Request_free(&r);
   }
   MPI_Comm_free(&coll_comm_);
   MPI_Comm_free(&comm_);
@@ -66,6 +74,25 @@ void transport::set_handler(channel c, frame_handler fn, void* ctx) {
   handlers_[static_cast<unsigned>(c)] = slot{fn, ctx};
 }
 
+namespace {
+// Frames are assembled in a per-thread staging buffer and sent from it. MPI_Isend of a small
+// frame almost always completes at once (the bytes are copied out); only if it does not does
+// the buffer go to the in-flight list, and the thread takes a fresh one next time. So the
+// common send allocates nothing.
+struct staging {
+  std::unique_ptr<std::byte[]> buffer;
+  std::size_t capacity = 0;
+  std::byte* get(std::size_t len, std::size_t at_least) {
+    if (capacity < len) {
+      capacity = std::max(len, at_least);
+      buffer = std::make_unique_for_overwrite<std::byte[]>(capacity);
+    }
+    return buffer.get();
+  }
+};
+thread_local staging t_staging;
+}  // namespace
+
 void transport::send(int dest, frame_header h, std::span<const std::byte> payload, std::span<const std::byte> cinfo) {
   MDSM_ASSERT(dest >= 0 && dest < size_, "send to a rank out of range");
   const std::uint64_t len = sizeof(frame_header) + payload.size() + cinfo.size();
@@ -74,18 +101,17 @@ void transport::send(int dest, frame_header h, std::span<const std::byte> payloa
                  " bytes; split it");
   h.payload_len = static_cast<std::uint32_t>(payload.size());
   h.cinfo_len = static_cast<std::uint32_t>(cinfo.size());
-  auto buffer = std::make_unique_for_overwrite<std::byte[]>(len);
-  std::memcpy(buffer.get(), &h, sizeof h);
-  if (!payload.empty()) std::memcpy(buffer.get() + sizeof h, payload.data(), payload.size());
-  if (!cinfo.empty()) std::memcpy(buffer.get() + sizeof h + payload.size(), cinfo.data(), cinfo.size());
-  post(std::move(buffer), len, dest);
+  std::byte* buffer = t_staging.get(len, inline_max_);
+  std::memcpy(buffer, &h, sizeof h);
+  if (!payload.empty()) std::memcpy(buffer + sizeof h, payload.data(), payload.size());
+  if (!cinfo.empty()) std::memcpy(buffer + sizeof h + payload.size(), cinfo.data(), cinfo.size());
+  post(len, dest);
 }
 
 void transport::send_frame(int dest, std::span<const std::byte> frame) {
   MDSM_ASSERT(dest >= 0 && dest < size_, "send to a rank out of range");
-  auto buffer = std::make_unique_for_overwrite<std::byte[]>(frame.size());
-  std::memcpy(buffer.get(), frame.data(), frame.size());
-  post(std::move(buffer), frame.size(), dest);
+  std::memcpy(t_staging.get(frame.size(), inline_max_), frame.data(), frame.size());
+  post(frame.size(), dest);
 }
 
 void transport::send_raw_for_test(int dest, std::span<const std::byte> bytes) {
@@ -95,12 +121,12 @@ void transport::send_raw_for_test(int dest, std::span<const std::byte> bytes) {
   isend(std::move(buffer), bytes.size(), dest, k_ring_tag);
 }
 
-void transport::post(std::unique_ptr<std::byte[]> buffer, std::size_t len, int dest) {
+void transport::post(std::size_t len, int dest) {
   stats::add(stats::counter::frames_sent);
   stats::add(stats::counter::frame_bytes_sent, len);
   sent_.fetch_add(1, std::memory_order_relaxed);
   if (len <= inline_max_) {
-    isend(std::move(buffer), len, dest, k_ring_tag);
+    isend_staged(len, dest, k_ring_tag);
     return;
   }
   stats::add(stats::counter::large_frames);
@@ -112,7 +138,20 @@ void transport::post(std::unique_ptr<std::byte[]> buffer, std::size_t len, int d
   std::memcpy(announce.get() + sizeof h, &body, sizeof body);
   std::lock_guard lk(large_mutex_);
   isend(std::move(announce), sizeof h + sizeof body, dest, k_ring_tag);
-  isend(std::move(buffer), len, dest, k_large_tag);
+  isend_staged(len, dest, k_large_tag);
+}
+
+void transport::isend_staged(std::size_t len, int dest, int tag) {
+  MPI_Request req;
+  check_mpi(MPI_Isend(t_staging.buffer.get(), static_cast<int>(len), MPI_BYTE, dest, tag, comm_, &req), "MPI_Isend");
+  int done = 0;
+  check_mpi(MPI_Test(&req, &done, MPI_STATUS_IGNORE), "MPI_Test");
+  if (!done) {
+    t_staging.capacity = 0;  // MPI still reads the buffer: it travels with the request
+    keep_inflight(req, std::move(t_staging.buffer));
+  } else if (t_staging.capacity > 4 * inline_max_) {
+    t_staging = staging{};  // do not keep a large frame's buffer for the small ones
+  }
 }
 
 void transport::isend(std::unique_ptr<std::byte[]> buffer, std::size_t len, int dest, int tag) {
@@ -121,6 +160,10 @@ void transport::isend(std::unique_ptr<std::byte[]> buffer, std::size_t len, int 
   int done = 0;
   check_mpi(MPI_Test(&req, &done, MPI_STATUS_IGNORE), "MPI_Test");
   if (done) return;
+  keep_inflight(req, std::move(buffer));
+}
+
+void transport::keep_inflight(MPI_Request req, std::unique_ptr<std::byte[]> buffer) {
   std::lock_guard lk(send_mutex_);
   inflight_.push_back(pending_send{req, std::move(buffer)});
   inflight_count_.fetch_add(1, std::memory_order_release);
@@ -147,31 +190,36 @@ std::size_t transport::poll(std::size_t max_frames) {
   retire_sends();
   std::size_t delivered = 0;
   while (delivered < max_frames) {
+    // The slot delivered last is reposted here, at the next look at the ring, so a waiter whose
+    // frame that was returns (and sends its next message) first. At most one slot waits, and it
+    // is reposted before any later one, so MPI's posting order stays the ring's order.
+    if (repost_pending_) {
+      repost_pending_ = false;
+      post_receive(repost_slot_);
+    }
     int flag = 0;
     MPI_Status st;
-    int rc = MPI_Test(&ring_requests_[ring_head_], &flag, &st);
+    const std::size_t slot = ring_head_;
+    int rc = MPI_Test(&ring_requests_[slot], &flag, &st);
     if (rc != MPI_SUCCESS && rc != MPI_ERR_IN_STATUS && rc != MPI_ERR_TRUNCATE) check_mpi(rc, "MPI_Test");
     if (!flag) break;
     ++received_;
-    int count = 0;
-    MPI_Get_count(&st, MPI_BYTE, &count);
-    // Swap in the spare buffer and repost before delivering, so the slot is ready for the next
-    // frame while this one is handled and nothing a handler throws can leave the ring short.
-    std::swap(ring_buffers_[ring_head_], ring_buffers_[k_ring_slots]);
-    check_mpi(MPI_Irecv(ring_buffers_[ring_head_].get(), static_cast<int>(inline_max_), MPI_BYTE, MPI_ANY_SOURCE,
-                        k_ring_tag, comm_, &ring_requests_[ring_head_]),
-              "MPI_Irecv");
-    ring_head_ = (ring_head_ + 1) % k_ring_slots;
+    ring_head_ = (slot + 1) % k_ring_slots;
     ++delivered;
+    repost_pending_ = true;  // set before delivering: a handler that throws leaves no hole
+    repost_slot_ = slot;
     if (rc != MPI_SUCCESS) {
       report_malformed(rank_, st.MPI_SOURCE, "larger than the receive buffer");
       continue;
     }
-    deliver(std::span<const std::byte>(ring_buffers_[k_ring_slots].get(), static_cast<std::size_t>(count)),
-            st.MPI_SOURCE);
+    int count = 0;
+    MPI_Get_count(&st, MPI_BYTE, &count);
+    deliver(std::span<const std::byte>(ring_buffers_[slot].get(), static_cast<std::size_t>(count)), st.MPI_SOURCE);
   }
   return delivered;
 }
+
+void transport::post_receive(std::size_t slot) { check_mpi(MPI_Start(&ring_requests_[slot]), "MPI_Start"); }
 
 void transport::deliver(std::span<const std::byte> bytes, int source) {
   stats::add(stats::counter::frames_received);

@@ -75,8 +75,12 @@ class transport {
     MPI_Request request;
     std::unique_ptr<std::byte[]> buffer;
   };
-  void post(std::unique_ptr<std::byte[]> buffer, std::size_t len, int dest);
+  // Sends the frame of `len` bytes in this thread's staging buffer (see transport.cpp).
+  void post(std::size_t len, int dest);
+  void isend_staged(std::size_t len, int dest, int tag);
   void isend(std::unique_ptr<std::byte[]> buffer, std::size_t len, int dest, int tag);
+  void keep_inflight(MPI_Request req, std::unique_ptr<std::byte[]> buffer);
+  void post_receive(std::size_t slot);
   void retire_sends();
   void deliver(std::span<const std::byte> bytes, int source);
   void take_large(std::span<const std::byte> announcement, int source);
@@ -97,6 +101,8 @@ class transport {
   std::vector<std::unique_ptr<std::byte[]>> ring_buffers_;
   std::vector<MPI_Request> ring_requests_;
   std::size_t ring_head_ = 0;
+  bool repost_pending_ = false;  // ring slot repost_slot_ completed and is not posted again yet
+  std::size_t repost_slot_ = 0;
   std::uint64_t received_ = 0;
 
   // Sends that did not complete at once. Guarded by send_mutex_.

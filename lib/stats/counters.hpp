@@ -1,15 +1,17 @@
 // Per-rank statistics. Every layer reports here; the list below is the one place a counter is
-// declared. Counters are relaxed atomics: any thread (application, progress, handler) may add.
+// declared. Any thread (application, progress, handler) may add; see `storage` for how.
 //
-// Kinds: `count` only grows (until reset); `gauge` goes up and down and keeps a peak in the
-// counter declared right after it (named *_peak).
+// Kinds: `count` only grows (until reset); `time` is a count of nanoseconds, added in clock
+// ticks (stats/clock.hpp) and converted when read; `gauge` goes up and down and keeps a peak in
+// the counter declared right after it (named *_peak).
 #pragma once
 
 #include <array>
 #include <atomic>
-#include <chrono>
 #include <cstdint>
 #include <string_view>
+
+#include "stats/clock.hpp"
 
 namespace mdsm::stats {
 
@@ -43,8 +45,8 @@ namespace mdsm::stats {
   X(msgs_accepted, count, "RELEASE/RELEASE_NT messages accepted")                                \
   X(protocol_msgs_sent, count, "coherence protocol messages sent (requests and replies)")        \
   X(protocol_bytes_sent, count, "coherence protocol bytes sent")                                 \
-  X(handler_ns, count, "time spent running message handlers (ns)")                               \
-  X(wait_ns, count, "time the application waited on remote events (ns)")                        \
+  X(handler_ns, time, "time spent running message handlers (ns)")                               \
+  X(wait_ns, time, "time the application waited on remote events (ns)")                        \
   X(waits, count, "waits on remote events")                                                      \
   X(intervals_created, count, "intervals closed by this rank")                                   \
   X(intervals_received, count, "interval records learned from other ranks")                      \
@@ -80,25 +82,39 @@ inline counter by_annotation(counter first, unsigned annotation) {
 }
 
 namespace storage {
-extern std::array<std::atomic<std::uint64_t>, k_counters> g_values;
+// Counters live in one block per thread that ever counted something: only that thread writes
+// its block (a plain load and store, no locked instruction: messages are counted on the hot
+// path), readers sum every block. Blocks of finished threads are folded into a retired total.
+// Gauges and their peaks go up and down from every thread and stay in `g_shared` (atomic
+// read-modify-write; they change only when metadata is created or freed).
+struct block {
+  std::array<std::atomic<std::uint64_t>, k_counters> v{};
+};
+extern thread_local block* t_block;  // initial-exec TLS (lib/meson.build)
+block* attach_thread();
+extern std::array<std::atomic<std::uint64_t>, k_counters> g_shared;
 void raise_peak(counter peak, std::uint64_t v);
 }  // namespace storage
 
 inline void add(counter c, std::uint64_t v = 1) {
-  storage::g_values[static_cast<unsigned>(c)].fetch_add(v, std::memory_order_relaxed);
+  storage::block* b = storage::t_block;
+  if (b == nullptr) [[unlikely]]
+    b = storage::attach_thread();
+  auto& x = b->v[static_cast<unsigned>(c)];
+  x.store(x.load(std::memory_order_relaxed) + v, std::memory_order_relaxed);  // single writer
 }
 
 // For gauges: adjusts the gauge and, on increase, its *_peak companion.
 inline void gauge_add(counter gauge, std::int64_t delta) {
-  auto& g = storage::g_values[static_cast<unsigned>(gauge)];
+  auto& g = storage::g_shared[static_cast<unsigned>(gauge)];
   std::uint64_t now = g.fetch_add(static_cast<std::uint64_t>(delta), std::memory_order_relaxed) +
                       static_cast<std::uint64_t>(delta);
   if (delta > 0) storage::raise_peak(static_cast<counter>(static_cast<unsigned>(gauge) + 1), now);
 }
 
-inline std::uint64_t get(counter c) {
-  return storage::g_values[static_cast<unsigned>(c)].load(std::memory_order_relaxed);
-}
+// The current value (since the last reset): the sum over threads for counts, the shared value
+// for gauges and peaks. Not for hot paths (takes the registry lock).
+std::uint64_t get(counter c);
 
 std::string_view name(counter c);
 std::string_view description(counter c);
@@ -107,21 +123,17 @@ bool is_gauge(counter c);
 // Zeroes every counter except gauges (which describe memory held now); peaks restart at the gauge.
 void reset();
 
-// Adds the elapsed time of its scope to a nanosecond counter.
+// Adds the elapsed time of its scope to a `time` counter.
 class scoped_timer {
  public:
-  explicit scoped_timer(counter c) : c_(c), start_(std::chrono::steady_clock::now()) {}
-  ~scoped_timer() {
-    add(c_, static_cast<std::uint64_t>(
-                std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start_)
-                    .count()));
-  }
+  explicit scoped_timer(counter c) : c_(c), start_(ticks()) {}
+  ~scoped_timer() { add(c_, ticks() - start_); }
   scoped_timer(const scoped_timer&) = delete;
   scoped_timer& operator=(const scoped_timer&) = delete;
 
  private:
   counter c_;
-  std::chrono::steady_clock::time_point start_;
+  std::uint64_t start_;
 };
 
 }  // namespace mdsm::stats

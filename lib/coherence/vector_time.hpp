@@ -12,6 +12,7 @@
 #include <cstring>
 #include <span>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 namespace mdsm::coherence {
@@ -19,55 +20,91 @@ namespace mdsm::coherence {
 class vector_time {
  public:
   vector_time() = default;
-  explicit vector_time(std::size_t ranks) : v_(ranks, 0) {}
+  explicit vector_time(std::size_t ranks) : n_(ranks) {
+    if (n_ > k_inline) heap_ = std::make_unique<std::uint32_t[]>(n_);  // zeroed
+  }
+  vector_time(const vector_time& o) : vector_time(o.n_) { std::memcpy(data(), o.data(), bytes()); }
+  vector_time& operator=(const vector_time& o) {
+    if (this != &o) {
+      if (n_ != o.n_) *this = vector_time(o.n_);
+      std::memcpy(data(), o.data(), bytes());
+    }
+    return *this;
+  }
+  vector_time(vector_time&& o) noexcept : n_(o.n_), heap_(std::move(o.heap_)) {
+    if (!heap_) std::memcpy(inline_, o.inline_, sizeof inline_);
+    o.n_ = 0;
+  }
+  vector_time& operator=(vector_time&& o) noexcept {
+    n_ = o.n_;
+    heap_ = std::move(o.heap_);
+    if (!heap_) std::memcpy(inline_, o.inline_, sizeof inline_);
+    o.n_ = 0;
+    return *this;
+  }
 
-  std::size_t size() const noexcept { return v_.size(); }
-  std::uint32_t operator[](std::size_t r) const { return v_[r]; }
-  std::uint32_t& operator[](std::size_t r) { return v_[r]; }
+  std::size_t size() const noexcept { return n_; }
+  std::uint32_t operator[](std::size_t r) const { return data()[r]; }
+  std::uint32_t& operator[](std::size_t r) { return data()[r]; }
 
   // Componentwise max.
   void merge(const vector_time& other) {
-    for (std::size_t i = 0; i < v_.size(); ++i) v_[i] = std::max(v_[i], other.v_[i]);
+    std::uint32_t* v = data();
+    const std::uint32_t* o = other.data();
+    for (std::size_t i = 0; i < n_; ++i) v[i] = std::max(v[i], o[i]);
   }
   // Componentwise max with size() host-order u32 values (validated by the caller).
   void merge_encoded(std::span<const std::byte> values) {
-    for (std::size_t i = 0; i < v_.size(); ++i) {
+    std::uint32_t* v = data();
+    for (std::size_t i = 0; i < n_; ++i) {
       std::uint32_t x;
       std::memcpy(&x, values.data() + i * sizeof x, sizeof x);
-      v_[i] = std::max(v_[i], x);
+      v[i] = std::max(v[i], x);
     }
   }
   // True if this knows everything `other` knows.
   bool covers(const vector_time& other) const {
-    for (std::size_t i = 0; i < v_.size(); ++i)
-      if (v_[i] < other.v_[i]) return false;
+    const std::uint32_t* v = data();
+    const std::uint32_t* o = other.data();
+    for (std::size_t i = 0; i < n_; ++i)
+      if (v[i] < o[i]) return false;
     return true;
   }
   // Sum of components: strictly increases along happened-before, so sorting by it (ties broken
   // by creator) orders intervals consistently with happened-before.
   std::uint64_t sum() const {
     std::uint64_t s = 0;
-    for (auto x : v_) s += x;
+    for (std::size_t i = 0; i < n_; ++i) s += data()[i];
     return s;
   }
-  bool operator==(const vector_time&) const = default;
+  bool operator==(const vector_time& o) const { return n_ == o.n_ && std::memcmp(data(), o.data(), bytes()) == 0; }
 
   void encode(net::byte_writer& out) const {
-    out.put(static_cast<std::uint32_t>(v_.size()));
-    out.put_array<std::uint32_t>(v_);
+    out.put(static_cast<std::uint32_t>(n_));
+    out.put_bytes(std::as_bytes(std::span<const std::uint32_t>(data(), n_)));
   }
   // Reads a vector timestamp that must have exactly `ranks` entries.
   static vector_time decode(net::byte_reader& in, std::size_t ranks) {
     auto n = in.get<std::uint32_t>();
     if (n != ranks) net::byte_reader::malformed("vector timestamp of the wrong width");
-    vector_time t;
-    in.get_array(n, t.v_);
+    const auto bytes = in.get_bytes(std::size_t{n} * sizeof(std::uint32_t));
+    vector_time t(n);
+    std::memcpy(t.data(), bytes.data(), bytes.size());
     return t;
   }
-  std::size_t wire_size() const { return sizeof(std::uint32_t) * (v_.size() + 1); }
+  std::size_t wire_size() const { return sizeof(std::uint32_t) * (n_ + 1); }
 
  private:
-  std::vector<std::uint32_t> v_;
+  // Up to k_inline ranks the entries live inside the object: vector times are made and copied
+  // on every RELEASE, and most jobs on a node or a few nodes fit.
+  static constexpr std::size_t k_inline = 8;
+  const std::uint32_t* data() const noexcept { return heap_ ? heap_.get() : inline_; }
+  std::uint32_t* data() noexcept { return heap_ ? heap_.get() : inline_; }
+  std::size_t bytes() const noexcept { return n_ * sizeof(std::uint32_t); }
+
+  std::size_t n_ = 0;
+  std::uint32_t inline_[k_inline] = {};
+  std::unique_ptr<std::uint32_t[]> heap_;
 };
 
 }  // namespace mdsm::coherence

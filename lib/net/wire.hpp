@@ -10,6 +10,7 @@
 
 #include "common/check.hpp"
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -51,10 +52,11 @@ class byte_writer {
   template <class T>
   void put(const T& v) {
     static_assert(std::is_trivially_copyable_v<T>);
-    const auto* p = reinterpret_cast<const std::byte*>(&v);
-    buf_.insert(buf_.end(), p, p + sizeof(T));
+    std::memcpy(grow(sizeof(T)), &v, sizeof(T));
   }
-  void put_bytes(std::span<const std::byte> bytes) { buf_.insert(buf_.end(), bytes.begin(), bytes.end()); }
+  void put_bytes(std::span<const std::byte> bytes) {
+    if (!bytes.empty()) std::memcpy(grow(bytes.size()), bytes.data(), bytes.size());
+  }
   template <class T>
   void put_array(std::span<const T> values) {
     put_bytes(std::as_bytes(values));
@@ -62,20 +64,29 @@ class byte_writer {
   // Reserves room for a T to be filled in later (e.g. a count known only at the end).
   template <class T>
   std::size_t reserve_slot() {
-    std::size_t at = buf_.size();
-    buf_.resize(at + sizeof(T));
+    const std::size_t at = size_;
+    grow(sizeof(T));
     return at;
   }
   template <class T>
   void fill_slot(std::size_t at, const T& v) {
     std::memcpy(buf_.data() + at, &v, sizeof(T));
   }
-  std::span<const std::byte> bytes() const { return buf_; }
-  std::size_t size() const { return buf_.size(); }
-  void clear() { buf_.clear(); }
+  std::span<const std::byte> bytes() const { return {buf_.data(), size_}; }
+  std::size_t size() const { return size_; }
+  void clear() { size_ = 0; }
 
  private:
+  // Room for n more bytes; returns where they go. The buffer only grows (writers are reused),
+  // so appending is a bounds check and a memcpy.
+  std::byte* grow(std::size_t n) {
+    if (buf_.size() - size_ < n) buf_.resize(std::max(2 * buf_.size(), size_ + n + 64));
+    std::byte* at = buf_.data() + size_;
+    size_ += n;
+    return at;
+  }
   std::vector<std::byte> buf_;
+  std::size_t size_ = 0;
 };
 
 class byte_reader {

@@ -95,6 +95,10 @@ mdsm_status mdsm_free(void* ptr);
 mdsm_status mdsm_free_collective(void* ptr);
 int mdsm_is_coherent(const void* ptr);
 mdsm_status mdsm_gc(void); /* collective */
+/* Global barriers collect garbage once some rank holds more metadata than this (0: never);
+ * starts at MDSM_GC_THRESHOLD (default 64 MiB). */
+mdsm_status mdsm_gc_threshold(uint64_t* bytes);
+mdsm_status mdsm_set_gc_threshold(uint64_t bytes);
 
 /* ---- coordination (see mdsm.hpp for the semantics) ------------------------------------------
  * Create and destroy collectively (every rank, same order). manager < 0: the default manager. */

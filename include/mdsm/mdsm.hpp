@@ -235,6 +235,11 @@ T* alloc_collective_array(std::size_t n) {
 
 // Collective garbage collection of consistency metadata (also a global barrier).
 void gc();
+// A global barrier collects garbage when some rank holds more than this many bytes of
+// consistency metadata (0: never). Starts at MDSM_GC_THRESHOLD (default 64 MiB); a program may
+// change it while it runs, on every rank alike.
+std::uint64_t gc_threshold();
+void set_gc_threshold(std::uint64_t bytes);
 
 // ---- coordination (lib/sync) ------------------------------------------------------------
 //
@@ -372,6 +377,9 @@ class work_queue {
 
 // This rank's counters by name (see docs/RUNNING.md for their meaning).
 std::map<std::string, std::uint64_t> statistics();
+// One counter of this rank, by name (MDSM_ERR_INVALID_ARGUMENT if there is none); cheap enough
+// to call per operation, unlike statistics().
+std::uint64_t statistic(std::string_view name);
 // Collective: every rank's counters summed.
 std::map<std::string, std::uint64_t> statistics_total();
 void statistics_reset();

@@ -176,6 +176,13 @@ int mdsm_is_coherent(const void* ptr) { return mdsm::is_coherent(ptr) ? 1 : 0; }
 
 mdsm_status mdsm_gc(void) { return guarded([] { mdsm::gc(); }); }
 
+mdsm_status mdsm_gc_threshold(uint64_t* bytes) {
+  if (bytes == nullptr) return null_arg("bytes");
+  return guarded([&] { *bytes = mdsm::gc_threshold(); });
+}
+
+mdsm_status mdsm_set_gc_threshold(uint64_t bytes) { return guarded([&] { mdsm::set_gc_threshold(bytes); }); }
+
 size_t mdsm_stat_count(void) { return mdsm::stats::k_counters; }
 
 const char* mdsm_stat_name(size_t index) {
@@ -186,13 +193,7 @@ const char* mdsm_stat_name(size_t index) {
 mdsm_status mdsm_stat(const char* name, uint64_t* value) {
   if (name == nullptr) return null_arg("name");
   if (value == nullptr) return null_arg("value");
-  return guarded([&] {
-    auto all = mdsm::statistics();
-    auto it = all.find(name);
-    if (it == all.end())
-      throw mdsm::error(MDSM_ERR_INVALID_ARGUMENT, std::string("mdsm: no statistic named '") + name + "'");
-    *value = it->second;
-  });
+  return guarded([&] { *value = mdsm::statistic(name); });
 }
 
 mdsm_status mdsm_stats_reset(void) { return guarded([] { mdsm::statistics_reset(); }); }

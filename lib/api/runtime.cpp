@@ -77,6 +77,7 @@ void init(MPI_Comm comm, const options& opts) {
 
   auto r = std::make_unique<detail::runtime>();
   r->stats_spec = detail::env_string("MDSM_STATS").value_or("");
+  r->gc_threshold = detail::env_size("MDSM_GC_THRESHOLD", std::uint64_t{64} << 20);
   stats::check_spec(r->stats_spec);
 
   coherence::region_config region;
@@ -201,12 +202,22 @@ bool is_coherent(const void* p) noexcept {
 
 void gc() { detail::rt_blocking("gc").engine->gc(); }
 
+std::uint64_t gc_threshold() { return detail::rt().gc_threshold.load(std::memory_order_relaxed); }
+void set_gc_threshold(std::uint64_t bytes) { detail::rt().gc_threshold.store(bytes, std::memory_order_relaxed); }
+
 std::map<std::string, std::uint64_t> statistics() {
   detail::rt();
   std::map<std::string, std::uint64_t> out;
   for (unsigned i = 0; i < stats::k_counters; ++i)
     out.emplace(std::string(stats::name(static_cast<stats::counter>(i))), stats::get(static_cast<stats::counter>(i)));
   return out;
+}
+
+std::uint64_t statistic(std::string_view name) {
+  detail::rt();
+  const auto c = stats::find(name);
+  if (!c) detail::fail(MDSM_ERR_INVALID_ARGUMENT, "statistic: there is no counter named '", name, "'");
+  return stats::get(*c);
 }
 
 std::map<std::string, std::uint64_t> statistics_total() {

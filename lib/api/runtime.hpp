@@ -9,6 +9,7 @@
 #include "regions/coherent_allocator.hpp"
 #include "sync/services.hpp"
 
+#include <atomic>
 #include <memory>
 #include <string>
 
@@ -17,6 +18,7 @@ namespace mdsm::detail {
 struct runtime {
   bool owns_mpi = false;
   std::string stats_spec;
+  std::atomic<std::uint64_t> gc_threshold{0};  // bytes; 0: never
   std::unique_ptr<net::transport> transport;
   std::unique_ptr<net::progress> progress;
   std::unique_ptr<coherence::engine> engine;

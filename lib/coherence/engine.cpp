@@ -225,13 +225,16 @@ const acquire_ptr& completed_acquire() {
 }
 }  // namespace
 
+bool engine::apply_if_covered_locked(release_info& info) {
+  if (!carried_covers_locked(info)) return false;
+  if (!info.records.empty()) apply_batch_locked(std::move(info.records));
+  return true;
+}
+
 acquire_ptr engine::begin_acquire(release_info&& info) {
   {
     std::lock_guard lk(meta_);
-    if (carried_covers_locked(info)) {
-      if (!info.records.empty()) apply_batch_locked(std::move(info.records));
-      return completed_acquire();
-    }
+    if (apply_if_covered_locked(info)) return completed_acquire();
   }
   std::vector<release_info> one;
   one.push_back(std::move(info));
@@ -239,11 +242,18 @@ acquire_ptr engine::begin_acquire(release_info&& info) {
 }
 
 acquire_ptr engine::begin_acquire(std::vector<release_info> infos) {
-  auto a = std::make_shared<acquire_state>();
-  a->infos = std::move(infos);
   std::vector<std::pair<int, std::vector<std::uint32_t>>> missing;
+  acquire_ptr a;
   {
     std::lock_guard lk(meta_);
+    // Messages whose own records complete what they require are applied one by one at once
+    // (each a complete batch); the rest are pooled, so none fetches what another brings.
+    std::size_t done = 0;
+    while (done < infos.size() && apply_if_covered_locked(infos[done])) ++done;
+    if (done == infos.size()) return completed_acquire();
+    a = std::make_shared<acquire_state>();
+    a->infos.assign(std::make_move_iterator(infos.begin() + static_cast<std::ptrdiff_t>(done)),
+                    std::make_move_iterator(infos.end()));
     missing = missing_locked(*a);
     if (missing.empty()) {
       finish_acquire_locked(*a);

@@ -104,7 +104,10 @@ class engine {
  private:
   // engine.cpp: intervals and acquires
   bool close_interval_locked();
+  // True if vt_ plus the records `info` carries covers its required time (no fetch needed).
   bool carried_covers_locked(const release_info& info) const;
+  // If so, applies its records (a complete batch) and returns true.
+  bool apply_if_covered_locked(release_info& info);
   std::vector<std::pair<int, std::vector<std::uint32_t>>> missing_locked(const acquire_state& a);
   void apply_batch_locked(std::vector<record_ptr> records);
   void finish_acquire_locked(acquire_state& a);

@@ -1,6 +1,7 @@
 #include "stats/counters.hpp"
 
 #include <mutex>
+#include <unordered_map>
 #include <vector>
 
 namespace mdsm::stats {
@@ -36,6 +37,17 @@ static_assert(sizeof(k_entries) / sizeof(k_entries[0]) == k_counters);
 }  // namespace
 
 std::string_view name(counter c) { return k_entries[static_cast<unsigned>(c)].name; }
+std::optional<counter> find(std::string_view n) {
+  // By name through a hash table: mdsm::statistic() is called per barrier.
+  static const auto* by_name = [] {
+    auto* m = new std::unordered_map<std::string_view, counter>;
+    for (unsigned i = 0; i < k_counters; ++i) m->emplace(k_entries[i].name, static_cast<counter>(i));
+    return m;
+  }();
+  const auto it = by_name->find(n);
+  if (it == by_name->end()) return std::nullopt;
+  return it->second;
+}
 std::string_view description(counter c) { return k_entries[static_cast<unsigned>(c)].description; }
 bool is_gauge(counter c) { return k_entries[static_cast<unsigned>(c)].gauge; }
 

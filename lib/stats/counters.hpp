@@ -9,6 +9,7 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <optional>
 #include <string_view>
 
 #include "stats/clock.hpp"
@@ -117,6 +118,7 @@ inline void gauge_add(counter gauge, std::int64_t delta) {
 std::uint64_t get(counter c);
 
 std::string_view name(counter c);
+std::optional<counter> find(std::string_view name);
 std::string_view description(counter c);
 bool is_gauge(counter c);
 

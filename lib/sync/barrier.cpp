@@ -5,14 +5,14 @@
 // on N participants costs 2(N-1) messages.
 //
 // Garbage collection: each arrival reports the sender's consistency-metadata bytes; when the
-// largest exceeds MDSM_GC_THRESHOLD (default 64 MiB; 0 disables) and the barrier spans every
-// rank, the departures say so and every rank runs mdsm::gc() (itself collective) before leaving.
+// largest exceeds mdsm::gc_threshold() (MDSM_GC_THRESHOLD, default 64 MiB; 0 disables) and the
+// barrier spans every rank, the departures say so and every rank runs mdsm::gc() (itself
+// collective) before leaving.
 #include "sync/services.hpp"
 
 #include "sync/handlers.hpp"
 
 #include "common/check.hpp"
-#include "common/env.hpp"
 
 #include <algorithm>
 #include <map>
@@ -60,8 +60,6 @@ struct barrier_state final : object {
 
 std::shared_ptr<barrier_state> state_of(std::uint32_t id) { return current().find<barrier_state>(id, kind::barrier); }
 
-// Read at every barrier (cheap next to the messages) so a program may change it while it runs.
-std::uint64_t gc_threshold() { return detail::env_size("MDSM_GC_THRESHOLD", std::uint64_t{64} << 20); }
 
 std::uint64_t list_hash(const std::vector<int>& v) {
   std::uint64_t h = 1469598103934665603ull;
@@ -69,7 +67,7 @@ std::uint64_t list_hash(const std::vector<int>& v) {
   return h;
 }
 
-std::uint64_t my_metadata() { return statistics().at("metadata_bytes"); }
+std::uint64_t my_metadata() { return statistic("metadata_bytes"); }
 
 }  // namespace
 
@@ -174,7 +172,8 @@ void barrier::arrive_and_wait() {
       detail::fail(MDSM_ERR_MISMATCH, "barrier #", id_, ": an arrival came from a rank that is not a participant "
                    "or that counts a different number of participants");
     }
-    collect = global && gc_threshold() != 0 && meta > gc_threshold();
+    const std::uint64_t threshold = gc_threshold();
+    collect = global && threshold != 0 && meta > threshold;
     const departure d{epoch, collect ? 1u : 0u, 0};
     for (int r : s->members)
       if (r != me) send(r, sv.h_barrier_depart, payload_builder(id_, op_depart).put(d).bytes(), annotation::release);

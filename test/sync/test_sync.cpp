@@ -232,7 +232,7 @@ TEST_CASE("barrier: collects garbage once metadata passes MDSM_GC_THRESHOLD, val
   mdsm::barrier b;
   constexpr std::size_t pages = 16, words = pages * 1024;
   auto* a = mdsm::alloc_collective_array<int>(words);
-  setenv("MDSM_GC_THRESHOLD", "1", 1);  // any metadata at all
+  mdsm::set_gc_threshold(1);  // any metadata at all
   for (int round = 1; round <= 5; ++round) {
     for (std::size_t i = static_cast<std::size_t>(me); i < words; i += static_cast<std::size_t>(n))
       a[i] = round * 7 + static_cast<int>(i);
@@ -243,8 +243,10 @@ TEST_CASE("barrier: collects garbage once metadata passes MDSM_GC_THRESHOLD, val
     CHECK(bad == 0);
     b.arrive_and_wait();
   }
-  unsetenv("MDSM_GC_THRESHOLD");
+  mdsm::set_gc_threshold(0);
+  CHECK(mdsm::gc_threshold() == 0);
   b.arrive_and_wait();
+  CHECK(stat("gc_runs") == 5u);  // 0: never
 }
 
 TEST_CASE("barrier: a subset of ranks synchronizes among itself", "[sync][np3+]") {

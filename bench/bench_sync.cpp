@@ -2,14 +2,16 @@
 //   lock acquire+release, uncontended (one rank locks repeatedly) and contended (every rank
 //   hammers one lock), for an mdsm::mutex, MPI_Win_lock(MPI_LOCK_EXCLUSIVE) and an MCS queue
 //   lock on MPI_Fetch_and_op/MPI_Compare_and_swap; barrier: mdsm::barrier vs MPI_Barrier.
-// Each critical section increments a shared counter (coherent memory for mdsm, the window for
-// MPI) and the counter is checked at the end.
+// In "lock+counter" each critical section increments a shared counter (coherent memory for
+// mdsm, the window for MPI), checked at the end: for mdsm that includes the page faults and the
+// diff that move the counter between ranks. "lock_only" is the lock handoff alone.
 //
 // Every rank runs the same benchmarks with fixed iteration counts (so they stay in step);
 // rank 0 reports. Run: tools/mdsmrun -n 2 build/bench/bench_sync
+#include "bench_report.hpp"
+
 #include <mdsm/mdsm.hpp>
 
-#include <benchmark/benchmark.h>
 #include <mpi.h>
 
 #include <cstdio>
@@ -18,7 +20,8 @@
 
 namespace {
 
-constexpr int k_iterations = 2000;
+constexpr int k_iterations = 1000;  // operations per run
+constexpr int k_rounds = 11;        // interleaved runs of every variant
 int g_rank = 0, g_size = 1;
 // Where the lock and the counter live: the last rank, so rank 0 (which reports) works remotely.
 int target() { return g_size - 1; }
@@ -102,8 +105,7 @@ void check(bool ok, benchmark::State& state) {
   if (!all) state.SkipWithError("wrong counter value");
 }
 
-void mdsm_lock(benchmark::State& state) {
-  const bool contended = state.range(0) != 0;
+void mdsm_lock(benchmark::State& state, bool contended) {
   mdsm::mutex m(target());
   static long* counter = nullptr;
   if (counter == nullptr) counter = mdsm::alloc_collective_array<long>(1);
@@ -124,8 +126,7 @@ void mdsm_lock(benchmark::State& state) {
   b.arrive_and_wait();
 }
 
-void mpi_win_lock(benchmark::State& state) {
-  const bool contended = state.range(0) != 0;
+void mpi_win_lock(benchmark::State& state, bool contended) {
   mpi_counter c;
   long rounds = 0;
   for (auto _ : state) {
@@ -148,8 +149,7 @@ void mpi_win_lock(benchmark::State& state) {
   check(v == rounds * (contended ? g_size : 1), state);
 }
 
-void mpi_mcs_lock(benchmark::State& state) {
-  const bool contended = state.range(0) != 0;
+void mpi_mcs_lock(benchmark::State& state, bool contended) {
   mpi_counter c;
   mcs_lock l(g_comm);
   MPI_Win_lock_all(0, c.win);
@@ -176,6 +176,36 @@ void mpi_mcs_lock(benchmark::State& state) {
   check(v == rounds * (contended ? g_size : 1), state);
 }
 
+// Lock handoff only (no data in the critical section): what the lock protocols themselves cost.
+// Every rank locks and unlocks; mutual exclusion itself is tested in test/sync.
+void mdsm_lock_only(benchmark::State& state) {
+  mdsm::mutex m(target());
+  for (auto _ : state) {
+    m.lock();
+    m.unlock();
+  }
+  mdsm::barrier b;
+  b.arrive_and_wait();
+}
+
+void mpi_win_lock_only(benchmark::State& state) {
+  mpi_counter c;
+  for (auto _ : state) {
+    MPI_Win_lock(MPI_LOCK_EXCLUSIVE, target(), 0, c.win);
+    MPI_Win_unlock(target(), c.win);
+  }
+  MPI_Barrier(g_comm);
+}
+
+void mpi_mcs_lock_only(benchmark::State& state) {
+  mcs_lock l(g_comm);
+  for (auto _ : state) {
+    l.lock();
+    l.unlock();
+  }
+  MPI_Barrier(g_comm);
+}
+
 void mdsm_barrier(benchmark::State& state) {
   mdsm::barrier b;
   for (auto _ : state) b.arrive_and_wait();
@@ -186,27 +216,21 @@ void mpi_barrier(benchmark::State& state) {
 }
 
 void register_all() {
-  auto fixed = [](benchmark::internal::Benchmark* b) {
-    b->Iterations(k_iterations)->Repetitions(5)->ReportAggregatesOnly(true)->Unit(benchmark::kMicrosecond);
-  };
-  for (int contended : {0, 1}) {
-    const char* tag = contended ? "contended" : "uncontended";
-    fixed(benchmark::RegisterBenchmark((std::string("lock/") + tag + "/mdsm_mutex").c_str(), mdsm_lock)->Arg(contended));
-    fixed(benchmark::RegisterBenchmark((std::string("lock/") + tag + "/MPI_Win_lock_exclusive").c_str(), mpi_win_lock)
-              ->Arg(contended));
-    fixed(benchmark::RegisterBenchmark((std::string("lock/") + tag + "/MPI_RMA_MCS").c_str(), mpi_mcs_lock)
-              ->Arg(contended));
+  using mdsm_bench::register_interleaved;
+  const mdsm_bench::round_options opt{.rounds = k_rounds, .iterations = k_iterations, .unit = benchmark::kMicrosecond};
+  for (bool contended : {false, true}) {
+    register_interleaved(std::string("lock+counter/") + (contended ? "contended" : "uncontended"),
+                         {{"MPI_Win_lock_exclusive", [=](benchmark::State& s) { mpi_win_lock(s, contended); }},
+                          {"MPI_RMA_MCS", [=](benchmark::State& s) { mpi_mcs_lock(s, contended); }},
+                          {"mdsm_mutex", [=](benchmark::State& s) { mdsm_lock(s, contended); }}},
+                         opt);
   }
-  fixed(benchmark::RegisterBenchmark("barrier/mdsm_barrier", mdsm_barrier));
-  fixed(benchmark::RegisterBenchmark("barrier/MPI_Barrier", mpi_barrier));
+  register_interleaved("lock_only/contended", {{"MPI_Win_lock_exclusive", mpi_win_lock_only},
+                                               {"MPI_RMA_MCS", mpi_mcs_lock_only},
+                                               {"mdsm_mutex", mdsm_lock_only}},
+                       opt);
+  register_interleaved("barrier", {{"MPI_Barrier", mpi_barrier}, {"mdsm_barrier", mdsm_barrier}}, opt);
 }
-
-// Non-zero ranks run the same benchmarks but report nothing.
-class silent_reporter : public benchmark::BenchmarkReporter {
- public:
-  bool ReportContext(const Context&) override { return true; }
-  void ReportRuns(const std::vector<Run>&) override {}
-};
 
 }  // namespace
 
@@ -218,10 +242,12 @@ int main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);
   register_all();
   if (g_rank == 0) {
-    std::printf("ranks: %d (medians of 5 repetitions x %d operations)\n", g_size, k_iterations);
-    benchmark::RunSpecifiedBenchmarks();
+    std::printf("ranks: %d; %d interleaved rounds x %d operations per variant (time per operation on rank 0)\n",
+                g_size, k_rounds, k_iterations);
+    mdsm_bench::ratio_reporter report({"MPI_Win_lock_exclusive", "MPI_Barrier"});
+    benchmark::RunSpecifiedBenchmarks(&report);
   } else {
-    silent_reporter quiet;
+    mdsm_bench::silent_reporter quiet;
     benchmark::RunSpecifiedBenchmarks(&quiet);
   }
   MPI_Comm_free(&g_comm);

@@ -120,6 +120,9 @@ class engine {
   void make_writable_locked(std::uint32_t u, page_entry& pe);
   void make_diff_locked(std::uint32_t u, page_entry& pe);
   void set_prot_locked(std::uint32_t u, page_entry& pe, os::prot p);
+  // The one place the engine changes the application view's protection (one mprotect, counted
+  // in protect_calls / protect_units).
+  void protect_units(std::uint32_t first, std::uint32_t count, os::prot p);
   struct fetch_result;
   fetch_result fetch(std::uint32_t u, const std::vector<record_ptr>& notices, bool need_copy);
   static page_state initial_state(void* ctx, std::uint32_t u);

@@ -34,9 +34,15 @@ page_state engine::initial_state(void* ctx, std::uint32_t u) {
   return owner >= 0 && owner != self->rank_ ? page_state::no_copy : page_state::unallocated;
 }
 
+void engine::protect_units(std::uint32_t first, std::uint32_t count, os::prot p) {
+  os::protect(region_.app_unit(first), std::size_t{count} * region_.unit(), p);
+  stats::add(stats::counter::protect_calls);
+  stats::add(stats::counter::protect_units, count);
+}
+
 void engine::set_prot_locked(std::uint32_t u, page_entry& pe, os::prot p) {
   if (pe.prot == p) return;
-  os::protect(region_.app_unit(u), region_.unit(), p);
+  protect_units(u, 1, p);
   pe.prot = p;
 }
 
@@ -297,7 +303,7 @@ void engine::units_allocated(std::uint32_t first, std::uint32_t count) {
   // change made after our page lock is released would undo that invalidation and let the
   // application read a stale copy. While a unit is `unallocated` nothing else changes its
   // protection, and no application thread can touch it yet (its address has not been returned).
-  os::protect(region_.app_unit(first), std::size_t{count} * region_.unit(), os::prot::read);
+  protect_units(first, count, os::prot::read);
   for (std::uint32_t u = first; u < first + count; ++u) {
     std::lock_guard lk(pages_.lock_of(u));
     page_entry& pe = pages_.at(u);
@@ -306,7 +312,7 @@ void engine::units_allocated(std::uint32_t first, std::uint32_t count) {
       pe.prot = os::prot::read;  // what the application view has now
       if (pe.state == page_state::invalid) set_prot_locked(u, pe, os::prot::none);
     } else {
-      os::protect(region_.app_unit(u), region_.unit(), pe.prot);  // not ours to change: restore it
+      protect_units(u, 1, pe.prot);  // not ours to change: restore it
     }
   }
 }
@@ -314,7 +320,7 @@ void engine::units_allocated(std::uint32_t first, std::uint32_t count) {
 void engine::units_freed(std::uint32_t first, std::uint32_t count) {
   std::uint32_t run = first;
   auto flush = [&](std::uint32_t end) {
-    if (end > run) os::protect(region_.app_unit(run), std::size_t{end - run} * region_.unit(), os::prot::none);
+    if (end > run) protect_units(run, end - run, os::prot::none);
   };
   for (std::uint32_t u = first; u < first + count; ++u) {
     bool to_none = false;

@@ -253,12 +253,16 @@ bool engine::validate(std::uint32_t u, access how) {
       return done_set.count(r.get()) != 0 || r->index <= pe.applied_through[r->creator];
     });
     add_metadata(-static_cast<std::int64_t>((before - pe.pending.size()) * sizeof(record_ptr)));
-    if (pe.pending.empty()) {
-      pe.state = page_state::valid;
-      set_prot_locked(u, pe, os::prot::read);
-    } else {
+    if (!pe.pending.empty()) {
       pe.state = page_state::invalid;
+      continue;
     }
+    pe.state = page_state::valid;
+    // A write fault (x86 tells; `++*p` is one) twins the copy just made and opens it read-write
+    // at once: one mprotect instead of read-only now and a second fault to open it.
+    if (how == access::write) make_writable_locked(u, pe);
+    else set_prot_locked(u, pe, os::prot::read);
+    return true;
   }
 }
 

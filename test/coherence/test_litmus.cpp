@@ -638,3 +638,58 @@ TEST_CASE("litmus 28: a RELEASE that arrives while the receiver is still inside 
   }
   world_barrier();
 }
+
+TEST_CASE("litmus 29: a write fault on an invalid or absent page fetches, twins and opens it read-write at once",
+          "[mpi][litmus][np2+]") {
+  // The write fault (a read-modify-write here) fetches the other writer's diff on top of this
+  // rank's own unreleased write, makes the twin from the result and opens the page read-write
+  // with one mprotect; the twin made after the fetch keeps the other writer's words out of this
+  // rank's next diff. The same for a page this rank holds no copy of (whole-page fetch).
+  session s;
+  mailbox box("litmus.box");
+  std::atomic<long> got{0};
+  auto ptr = mdsm::register_handler("litmus.pointer", [&](mdsm::message& m) {
+    got = m.as<long>();
+    m.accept();
+  });
+  int* a = mdsm::alloc_collective_array<int>(k_words_per_page);
+  const int me = mdsm::rank();
+  if (me == 0) {
+    a[10] = 10;  // own write, twin kept, not released yet
+    box.send(1, annotation::none);  // "written": rank 1's notice must find the page written
+    box.wait(1, 1);
+    const auto protects = stat("protect_calls"), faults = stat("write_faults") + stat("read_faults");
+    ++a[20];  // invalid page, written by rank 1: one fault, one mprotect (none -> read-write)
+    CHECK(stat("protect_calls") - protects == 1);
+    CHECK(stat("write_faults") + stat("read_faults") - faults == 1);
+    a[21] = 21;  // already writable: no further fault
+    CHECK(stat("write_faults") + stat("read_faults") - faults == 1);
+    CHECK(a[10] == 10);
+    box.send(1, annotation::release);
+    auto* p = mdsm::alloc_array<int>(k_words_per_page);  // rank 0's arena: rank 1 has no copy
+    p[5] = 5;
+    mdsm::send_value(1, ptr, reinterpret_cast<long>(p), annotation::release);
+    box.wait(2, 1);
+    CHECK(p[5] == 6);
+    CHECK(p[6] == 7);
+  } else if (me == 1) {
+    box.wait(1, 0);
+    a[20] = 20;
+    box.send(0, annotation::release);
+    a[22] = 22;  // written after the release: still only in rank 1's twin when rank 0's notice arrives
+    box.wait(2, 0);
+    CHECK(a[10] == 10);
+    CHECK(a[20] == 21);
+    CHECK(a[21] == 21);
+    CHECK(a[22] == 22);
+    mdsm::wait_until([&] { return got.load() != 0; });
+    auto* p = reinterpret_cast<int*>(got.load());
+    const auto protects = stat("protect_calls"), copies = stat("page_requests");
+    ++p[5];  // no copy here: fetch the page, twin, read-write, with one mprotect
+    CHECK(stat("protect_calls") - protects == 1);
+    CHECK(stat("page_requests") - copies == 1);
+    p[6] = 7;
+    box.send(0, annotation::release);
+  }
+  world_barrier();
+}

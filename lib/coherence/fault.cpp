@@ -11,13 +11,12 @@
 #include <chrono>
 #include <cstdio>
 #include <map>
-#include <set>
 
 namespace mdsm::coherence {
 
 struct engine::fetch_result {
   bool allocated = true;
-  std::vector<std::byte> copy;
+  std::span<const std::byte> copy;  // the home's copy of the unit, pointing into `replies`
   struct piece {
     std::uint32_t creator;
     std::vector<std::uint32_t> intervals;
@@ -80,10 +79,9 @@ void engine::make_diff_locked(std::uint32_t u, page_entry& pe) {
     d = std::move(made);
   }
   bool attached = false;
-  for (auto& n : pe.own) {
-    if (!n.awaiting_twin) continue;
-    if (d) n.pieces.push_back(d);
-    n.awaiting_twin = false;
+  for (auto n = pe.own.rbegin(); n != pe.own.rend() && n->awaiting_twin; ++n) {  // the awaiting suffix
+    if (d) n->pieces.push_back(d);
+    n->awaiting_twin = false;
     attached = true;
   }
   if (attached) {
@@ -129,8 +127,7 @@ engine::fetch_result engine::fetch(std::uint32_t u, const std::vector<record_ptr
         res.allocated = false;
         continue;
       }
-      auto bytes = in.get_bytes(region_.unit());
-      res.copy.assign(bytes.begin(), bytes.end());
+      res.copy = in.get_bytes(region_.unit());
     }
     const auto count = in.get<std::uint32_t>();
     for (std::uint32_t i = 0; i < count; ++i) {
@@ -203,7 +200,20 @@ bool engine::validate(std::uint32_t u, access how) {
     }
     std::byte* page = region_.lib_unit(u);
     if (need_copy) std::memcpy(page, res.copy.data(), region_.unit());
-    // Apply in an order consistent with happened-before: by vector-time sum, then creator.
+    // Apply in an order consistent with happened-before: each piece at the smallest vector-time
+    // sum of the snapshot's notices it holds, then by creator and serial. (Sorted lookups: a
+    // rank that was away for many intervals can get many notices and pieces at once.)
+    struct notice_key {
+      std::uint32_t creator, index;
+      std::uint64_t sum;
+    };
+    std::vector<notice_key> keys;
+    keys.reserve(snapshot.size());
+    for (const auto& r : snapshot) keys.push_back(notice_key{r->creator, r->index, r->vt.sum()});
+    auto key_less = [](const notice_key& a, const notice_key& b) {
+      return a.creator != b.creator ? a.creator < b.creator : a.index < b.index;
+    };
+    std::sort(keys.begin(), keys.end(), key_less);
     struct step {
       std::uint64_t sum;
       std::uint32_t creator;
@@ -211,21 +221,21 @@ bool engine::validate(std::uint32_t u, access how) {
       std::size_t piece;
     };
     std::vector<step> order;
-    for (const auto& r : snapshot)
-      for (std::size_t p = 0; p < res.pieces.size(); ++p)
-        if (res.pieces[p].creator == r->creator &&
-            std::find(res.pieces[p].intervals.begin(), res.pieces[p].intervals.end(), r->index) !=
-                res.pieces[p].intervals.end())
-          order.push_back(step{r->vt.sum(), r->creator, res.pieces[p].serial, p});
-    std::stable_sort(order.begin(), order.end(), [](const step& a, const step& b) {
+    for (std::size_t p = 0; p < res.pieces.size(); ++p) {
+      const auto& piece = res.pieces[p];
+      std::uint64_t sum = ~std::uint64_t{0};
+      for (std::uint32_t i : piece.intervals) {
+        auto it = std::lower_bound(keys.begin(), keys.end(), notice_key{piece.creator, i, 0}, key_less);
+        if (it != keys.end() && it->creator == piece.creator && it->index == i) sum = std::min(sum, it->sum);
+      }
+      if (sum != ~std::uint64_t{0}) order.push_back(step{sum, piece.creator, piece.serial, p});
+    }
+    std::sort(order.begin(), order.end(), [](const step& a, const step& b) {
       if (a.sum != b.sum) return a.sum < b.sum;
       return a.creator != b.creator ? a.creator < b.creator : a.serial < b.serial;
     });
-    std::vector<bool> applied(res.pieces.size(), false);
     if (pe.applied_through.empty()) pe.applied_through.assign(static_cast<std::size_t>(size_), 0);
     for (const step& s : order) {
-      if (applied[s.piece]) continue;  // one piece can hold several intervals' writes
-      applied[s.piece] = true;
       const auto& piece = res.pieces[s.piece];
       // ... and an earlier fetch (for an earlier interval it also covers) may have applied it.
       auto seen = std::find_if(pe.applied.begin(), pe.applied.end(), [&](const auto& e) { return e.first == s.creator; });
@@ -241,16 +251,12 @@ bool engine::validate(std::uint32_t u, access how) {
       auto& through = pe.applied_through[piece.creator];
       through = std::max(through, *std::max_element(piece.intervals.begin(), piece.intervals.end()));
     }
-    // Notices that arrived during the fetch stay pending; the loop fetches them next.
-    const std::set<const interval_record*> done_set = [&] {
-      std::set<const interval_record*> s;
-      for (const auto& r : snapshot) s.insert(r.get());
-      return s;
-    }();
-    // Notices that arrived meanwhile but are covered by an applied piece are done as well.
+    // Notices that arrived during the fetch stay pending; the loop fetches them next. Those that
+    // arrived meanwhile but are covered by an applied piece are done as well.
     const std::size_t before = pe.pending.size();
     std::erase_if(pe.pending, [&](const record_ptr& r) {
-      return done_set.count(r.get()) != 0 || r->index <= pe.applied_through[r->creator];
+      return r->index <= pe.applied_through[r->creator] ||
+             std::binary_search(keys.begin(), keys.end(), notice_key{r->creator, r->index, 0}, key_less);
     });
     add_metadata(-static_cast<std::int64_t>((before - pe.pending.size()) * sizeof(record_ptr)));
     if (!pe.pending.empty()) {

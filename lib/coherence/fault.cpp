@@ -39,6 +39,19 @@ void engine::protect_units(std::uint32_t first, std::uint32_t count, os::prot p)
   stats::add(stats::counter::protect_units, count);
 }
 
+protection_batch engine::protections() {
+  return protection_batch(
+      pages_,
+      [](void* self, std::uint32_t first, std::uint32_t count, os::prot p) {
+        static_cast<engine*>(self)->protect_units(first, count, p);
+      },
+      [](void* self, std::uint32_t first, std::uint32_t count) {
+        const auto* e = static_cast<engine*>(self);
+        os::discard(e->region_.lib_unit(first), std::size_t{count} * e->region_.unit());
+      },
+      this);
+}
+
 void engine::set_prot_locked(std::uint32_t u, page_entry& pe, os::prot p) {
   if (pe.prot == p) return;
   protect_units(u, 1, p);
@@ -306,50 +319,38 @@ bool engine::on_fault(const os::fault_info& f) {
 }
 
 void engine::units_allocated(std::uint32_t first, std::uint32_t count) {
-  // New units become readable, at one mprotect for the whole range plus one per unit that must
-  // stay inaccessible. The range is opened *before* any state leaves `unallocated`: once a unit
-  // is `valid`, a write notice (from a rank that returned from the same collective allocation
-  // earlier and already wrote and released) may invalidate it at any moment, and a protection
-  // change made after our page lock is released would undo that invalidation and let the
-  // application read a stale copy. While a unit is `unallocated` nothing else changes its
+  // New units become readable, at one mprotect for the whole range plus one per run of units
+  // that must stay inaccessible. The range is opened *before* any state leaves `unallocated`:
+  // once a unit is `valid`, a write notice (from a rank that returned from the same collective
+  // allocation earlier and already wrote and released) may invalidate it at any moment, and a
+  // protection change made after our page lock is released would undo that invalidation and let
+  // the application read a stale copy. While a unit is `unallocated` nothing else changes its
   // protection, and no application thread can touch it yet (its address has not been returned).
   protect_units(first, count, os::prot::read);
+  protection_batch batch = protections();
   for (std::uint32_t u = first; u < first + count; ++u) {
-    std::lock_guard lk(pages_.lock_of(u));
-    page_entry& pe = pages_.at(u);
-    if (pe.state == page_state::unallocated) {
-      pe.state = pe.pending.empty() ? page_state::valid : page_state::invalid;
-      pe.prot = os::prot::read;  // what the application view has now
-      if (pe.state == page_state::invalid) set_prot_locked(u, pe, os::prot::none);
-    } else {
-      protect_units(u, 1, pe.prot);  // not ours to change: restore it
-    }
+    batch.visit(u, [&](page_entry& pe) -> unit_protection {
+      if (pe.state == page_state::unallocated) {
+        pe.state = pe.pending.empty() ? page_state::valid : page_state::invalid;
+        pe.prot = os::prot::read;  // what the application view has now
+        return {pe.state == page_state::invalid ? os::prot::none : os::prot::read};
+      }
+      const os::prot keep = pe.prot;  // not ours to change: restore it
+      pe.prot = os::prot::read;
+      return {keep};
+    });
   }
 }
 
 void engine::units_freed(std::uint32_t first, std::uint32_t count) {
-  std::uint32_t run = first;
-  auto flush = [&](std::uint32_t end) {
-    if (end > run) protect_units(run, end - run, os::prot::none);
-  };
+  protection_batch batch = protections();
   for (std::uint32_t u = first; u < first + count; ++u) {
-    bool to_none = false;
-    {
-      std::lock_guard lk(pages_.lock_of(u));
-      page_entry& pe = pages_.at(u);
-      if (pe.state != page_state::unallocated && pe.state != page_state::no_copy) {
-        // Notices, twin and diffs stay: other ranks may still ask for this rank's writes.
-        to_none = pe.prot != os::prot::none;
-        pe.state = page_state::unallocated;
-        pe.prot = os::prot::none;
-      }
-    }
-    if (!to_none) {
-      flush(u);
-      run = u + 1;
-    }
+    batch.visit(u, [&](page_entry& pe) -> unit_protection {
+      // Notices, twin and diffs stay: other ranks may still ask for this rank's writes.
+      if (pe.state != page_state::unallocated && pe.state != page_state::no_copy) pe.state = page_state::unallocated;
+      return {os::prot::none};
+    });
   }
-  flush(first + count);
 }
 
 }  // namespace mdsm::coherence

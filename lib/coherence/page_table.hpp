@@ -84,6 +84,8 @@ class page_table {
   std::mutex& lock_of(std::uint32_t u) { return locks_[u % k_stripes]; }
   std::uint32_t units() const noexcept { return units_; }
 
+  static constexpr std::uint32_t k_stripes = 1024;  // page locks (unit u uses lock u % k_stripes)
+
   // Calls f(unit, entry) for every created entry, holding its page lock.
   template <class F>
   void for_each(F&& f) {
@@ -100,7 +102,6 @@ class page_table {
 
  private:
   static constexpr std::uint32_t k_chunk = 512;
-  static constexpr std::uint32_t k_stripes = 1024;
   std::uint32_t units_;
   page_state (*initial_)(void*, std::uint32_t);
   void* ctx_;

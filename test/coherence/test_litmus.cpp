@@ -693,3 +693,49 @@ TEST_CASE("litmus 29: a write fault on an invalid or absent page fetches, twins 
   }
   world_barrier();
 }
+
+TEST_CASE("litmus 30: protection changes of contiguous units in different states are coalesced correctly",
+          "[mpi][litmus][np2+]") {
+  // Rank 0 writes six contiguous pages; rank 1's notices then invalidate two of them, and rank 0
+  // reads one of those back (its own writes saved in a diff, the page read-only but still
+  // written in this interval). At rank 0's release the six written units are read-write,
+  // read-only and inaccessible: the read-write ones around the read-only one become read-only
+  // with one mprotect, the invalid one keeps no access, the last one needs a second call.
+  // Every unit must still catch the next write; rank 1's acquire invalidates all six with one.
+  session s;
+  mailbox box("litmus.box");
+  constexpr int pages = 6;
+  int* a = mdsm::alloc_collective_array<int>(pages * k_words_per_page);
+  auto at = [&](int page, int word) -> int& { return a[page * k_words_per_page + word]; };
+  const int me = mdsm::rank();
+  world_barrier();
+  if (me == 0) {
+    for (int p = 0; p < pages; ++p) at(p, 0) = 100 + p;
+    box.send(1, annotation::none);  // "written"
+    box.wait(1, 1);                 // rank 1's notices for pages 2 and 4
+    CHECK(at(2, 1) == 21);          // fetch; page 2 read-only, still written in this interval
+    const auto protects = stat("protect_calls");
+    box.send(1, annotation::release);
+    CHECK(stat("protect_calls") - protects == 2);  // pages 0-3 and page 5; page 4 stays inaccessible
+    const auto faults = stat("write_faults");
+    for (int p = 0; p < pages; ++p) at(p, 2) = 200 + p;  // every page must fault: new interval
+    CHECK(stat("write_faults") - faults == pages);
+    box.send(1, annotation::release);
+  } else if (me == 1) {
+    box.wait(1, 0);
+    at(2, 1) = 21;
+    at(4, 1) = 41;
+    const auto protects = stat("protect_calls");
+    box.send(0, annotation::release);  // write-protects pages 2 and 4: two calls
+    box.wait(2, 0);                    // rank 0's first RELEASE: all six pages invalid, one call
+    CHECK(stat("protect_calls") - protects == 3);
+    box.wait(3, 0);
+    for (int p = 0; p < pages; ++p) {
+      CHECK(at(p, 0) == 100 + p);
+      CHECK(at(p, 2) == 200 + p);
+    }
+    CHECK(at(2, 1) == 21);
+    CHECK(at(4, 1) == 41);
+  }
+  world_barrier();
+}

@@ -72,18 +72,21 @@ bool engine::close_interval_locked() {
   const std::uint32_t index = vt_[static_cast<std::size_t>(rank_)] + 1;
   std::vector<std::uint32_t> written;
   written.reserve(units.size());
-  for (std::uint32_t u : units) {
-    std::lock_guard lk(pages_.lock_of(u));
-    page_entry& pe = pages_.at(u);
-    if (!pe.dirty) continue;  // its writes already went into a diff of an earlier notice
-    pe.dirty = false;
-    pe.own.push_back(own_notice{index, std::move(pe.open_pieces), pe.twin != nullptr});
-    pe.open_pieces.clear();
-    add_metadata(sizeof(own_notice));
-    // Write-protect so that the next write is seen and lands in the next interval; the twin
-    // stays, the diff is made lazily.
-    if (pe.prot == os::prot::read_write) set_prot_locked(u, pe, os::prot::read);
-    written.push_back(u);
+  {
+    // Write-protect so that the next write is seen and lands in the next interval (the twin
+    // stays, the diff is made lazily): one mprotect per run of contiguous units.
+    protection_batch batch = protections();
+    for (std::uint32_t u : units) {
+      batch.visit(u, [&](page_entry& pe) -> unit_protection {
+        if (!pe.dirty) return {pe.prot};  // its writes already went into a diff of an earlier notice
+        pe.dirty = false;
+        pe.own.push_back(own_notice{index, std::move(pe.open_pieces), pe.twin != nullptr});
+        pe.open_pieces.clear();
+        add_metadata(sizeof(own_notice));
+        written.push_back(u);
+        return {pe.prot == os::prot::read_write ? os::prot::read : pe.prot};
+      });
+    }
   }
   if (written.empty()) return false;
   auto r = std::make_shared<interval_record>();
@@ -287,6 +290,11 @@ void engine::apply_batch_locked(std::vector<record_ptr> records) {
   std::sort(records.begin(), records.end(), [](const record_ptr& x, const record_ptr& y) {
     return x->creator != y->creator ? x->creator < y->creator : x->index < y->index;
   });
+  // The new records in order, and which units each one writes, sorted by unit: every unit is
+  // then visited once, its notices appended in record order, and contiguous units invalidated
+  // by one mprotect.
+  std::vector<record_ptr> fresh;
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> touched;  // (unit, index in fresh)
   for (auto& r : records) {
     const std::uint32_t c = r->creator;
     if (r->index != vt_[c] + 1) continue;  // known already (or a duplicate in the batch)
@@ -294,18 +302,30 @@ void engine::apply_batch_locked(std::vector<record_ptr> records) {
     stats::add(stats::counter::intervals_received);
     stats::add(stats::counter::write_notices_received, r->pages.size());
     add_metadata(static_cast<std::int64_t>(r->footprint() + r->pages.size() * sizeof(record_ptr)));
-    for (std::uint32_t u : r->pages) {
-      std::lock_guard lk(pages_.lock_of(u));
-      page_entry& pe = pages_.at(u);
-      if (c < pe.applied_through.size() && r->index <= pe.applied_through[c]) continue;  // already in the copy
-      pe.pending.push_back(r);
-      if (pe.state == page_state::valid) {
-        pe.state = page_state::invalid;
-        set_prot_locked(u, pe, os::prot::none);
-      }
-    }
-    store_.add(std::move(r));
+    for (std::uint32_t u : r->pages) touched.emplace_back(u, static_cast<std::uint32_t>(fresh.size()));
+    fresh.push_back(std::move(r));
   }
+  std::sort(touched.begin(), touched.end());
+  {
+    protection_batch batch = protections();
+    for (std::size_t k = 0; k < touched.size();) {
+      const std::uint32_t u = touched[k].first;
+      std::size_t end = k;
+      while (end < touched.size() && touched[end].first == u) ++end;
+      batch.visit(u, [&](page_entry& pe) -> unit_protection {
+        for (std::size_t t = k; t < end; ++t) {
+          const record_ptr& r = fresh[touched[t].second];
+          if (r->creator < pe.applied_through.size() && r->index <= pe.applied_through[r->creator])
+            continue;  // already in the copy
+          pe.pending.push_back(r);
+          if (pe.state == page_state::valid) pe.state = page_state::invalid;
+        }
+        return {pe.state == page_state::invalid ? os::prot::none : pe.prot};
+      });
+      k = end;
+    }
+  }
+  for (auto& r : fresh) store_.add(std::move(r));
 }
 
 void engine::send_interval_request(int origin, const std::vector<std::uint32_t>& ranges, const acquire_ptr& a) {

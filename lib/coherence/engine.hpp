@@ -17,6 +17,7 @@
 
 #include "coherence/interval.hpp"
 #include "coherence/page_table.hpp"
+#include "coherence/protection_batch.hpp"
 #include "coherence/region_map.hpp"
 #include "net/progress.hpp"
 #include "net/transport.hpp"
@@ -123,6 +124,11 @@ class engine {
   void make_writable_locked(std::uint32_t u, page_entry& pe);
   void make_diff_locked(std::uint32_t u, page_entry& pe);
   void set_prot_locked(std::uint32_t u, page_entry& pe, os::prot p);
+  // The one place the engine changes the application view's protection (one mprotect, counted
+  // in protect_calls / protect_units).
+  void protect_units(std::uint32_t first, std::uint32_t count, os::prot p);
+  // A batch of protection changes with one mprotect per run of contiguous units.
+  protection_batch protections();
   struct fetch_result;
   fetch_result fetch(std::uint32_t u, const std::vector<record_ptr>& notices, bool need_copy);
   static page_state initial_state(void* ctx, std::uint32_t u);

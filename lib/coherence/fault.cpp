@@ -11,13 +11,12 @@
 #include <chrono>
 #include <cstdio>
 #include <map>
-#include <set>
 
 namespace mdsm::coherence {
 
 struct engine::fetch_result {
   bool allocated = true;
-  std::vector<std::byte> copy;
+  std::span<const std::byte> copy;  // the home's copy of the unit, pointing into `replies`
   struct piece {
     std::uint32_t creator;
     std::vector<std::uint32_t> intervals;
@@ -34,9 +33,28 @@ page_state engine::initial_state(void* ctx, std::uint32_t u) {
   return owner >= 0 && owner != self->rank_ ? page_state::no_copy : page_state::unallocated;
 }
 
+void engine::protect_units(std::uint32_t first, std::uint32_t count, os::prot p) {
+  os::protect(region_.app_unit(first), std::size_t{count} * region_.unit(), p);
+  stats::add(stats::counter::protect_calls);
+  stats::add(stats::counter::protect_units, count);
+}
+
+protection_batch engine::protections() {
+  return protection_batch(
+      pages_,
+      [](void* self, std::uint32_t first, std::uint32_t count, os::prot p) {
+        static_cast<engine*>(self)->protect_units(first, count, p);
+      },
+      [](void* self, std::uint32_t first, std::uint32_t count) {
+        const auto* e = static_cast<engine*>(self);
+        os::discard(e->region_.lib_unit(first), std::size_t{count} * e->region_.unit());
+      },
+      this);
+}
+
 void engine::set_prot_locked(std::uint32_t u, page_entry& pe, os::prot p) {
   if (pe.prot == p) return;
-  os::protect(region_.app_unit(u), region_.unit(), p);
+  protect_units(u, 1, p);
   pe.prot = p;
 }
 
@@ -74,10 +92,9 @@ void engine::make_diff_locked(std::uint32_t u, page_entry& pe) {
     d = std::move(made);
   }
   bool attached = false;
-  for (auto& n : pe.own) {
-    if (!n.awaiting_twin) continue;
-    if (d) n.pieces.push_back(d);
-    n.awaiting_twin = false;
+  for (auto n = pe.own.rbegin(); n != pe.own.rend() && n->awaiting_twin; ++n) {  // the awaiting suffix
+    if (d) n->pieces.push_back(d);
+    n->awaiting_twin = false;
     attached = true;
   }
   if (attached) {
@@ -123,8 +140,7 @@ engine::fetch_result engine::fetch(std::uint32_t u, const std::vector<record_ptr
         res.allocated = false;
         continue;
       }
-      auto bytes = in.get_bytes(region_.unit());
-      res.copy.assign(bytes.begin(), bytes.end());
+      res.copy = in.get_bytes(region_.unit());
     }
     const auto count = in.get<std::uint32_t>();
     for (std::uint32_t i = 0; i < count; ++i) {
@@ -197,7 +213,20 @@ bool engine::validate(std::uint32_t u, access how) {
     }
     std::byte* page = region_.lib_unit(u);
     if (need_copy) std::memcpy(page, res.copy.data(), region_.unit());
-    // Apply in an order consistent with happened-before: by vector-time sum, then creator.
+    // Apply in an order consistent with happened-before: each piece at the smallest vector-time
+    // sum of the snapshot's notices it holds, then by creator and serial. (Sorted lookups: a
+    // rank that was away for many intervals can get many notices and pieces at once.)
+    struct notice_key {
+      std::uint32_t creator, index;
+      std::uint64_t sum;
+    };
+    std::vector<notice_key> keys;
+    keys.reserve(snapshot.size());
+    for (const auto& r : snapshot) keys.push_back(notice_key{r->creator, r->index, r->vt.sum()});
+    auto key_less = [](const notice_key& a, const notice_key& b) {
+      return a.creator != b.creator ? a.creator < b.creator : a.index < b.index;
+    };
+    std::sort(keys.begin(), keys.end(), key_less);
     struct step {
       std::uint64_t sum;
       std::uint32_t creator;
@@ -205,21 +234,21 @@ bool engine::validate(std::uint32_t u, access how) {
       std::size_t piece;
     };
     std::vector<step> order;
-    for (const auto& r : snapshot)
-      for (std::size_t p = 0; p < res.pieces.size(); ++p)
-        if (res.pieces[p].creator == r->creator &&
-            std::find(res.pieces[p].intervals.begin(), res.pieces[p].intervals.end(), r->index) !=
-                res.pieces[p].intervals.end())
-          order.push_back(step{r->vt.sum(), r->creator, res.pieces[p].serial, p});
-    std::stable_sort(order.begin(), order.end(), [](const step& a, const step& b) {
+    for (std::size_t p = 0; p < res.pieces.size(); ++p) {
+      const auto& piece = res.pieces[p];
+      std::uint64_t sum = ~std::uint64_t{0};
+      for (std::uint32_t i : piece.intervals) {
+        auto it = std::lower_bound(keys.begin(), keys.end(), notice_key{piece.creator, i, 0}, key_less);
+        if (it != keys.end() && it->creator == piece.creator && it->index == i) sum = std::min(sum, it->sum);
+      }
+      if (sum != ~std::uint64_t{0}) order.push_back(step{sum, piece.creator, piece.serial, p});
+    }
+    std::sort(order.begin(), order.end(), [](const step& a, const step& b) {
       if (a.sum != b.sum) return a.sum < b.sum;
       return a.creator != b.creator ? a.creator < b.creator : a.serial < b.serial;
     });
-    std::vector<bool> applied(res.pieces.size(), false);
     if (pe.applied_through.empty()) pe.applied_through.assign(static_cast<std::size_t>(size_), 0);
     for (const step& s : order) {
-      if (applied[s.piece]) continue;  // one piece can hold several intervals' writes
-      applied[s.piece] = true;
       const auto& piece = res.pieces[s.piece];
       // ... and an earlier fetch (for an earlier interval it also covers) may have applied it.
       auto seen = std::find_if(pe.applied.begin(), pe.applied.end(), [&](const auto& e) { return e.first == s.creator; });
@@ -235,24 +264,24 @@ bool engine::validate(std::uint32_t u, access how) {
       auto& through = pe.applied_through[piece.creator];
       through = std::max(through, *std::max_element(piece.intervals.begin(), piece.intervals.end()));
     }
-    // Notices that arrived during the fetch stay pending; the loop fetches them next.
-    const std::set<const interval_record*> done_set = [&] {
-      std::set<const interval_record*> s;
-      for (const auto& r : snapshot) s.insert(r.get());
-      return s;
-    }();
-    // Notices that arrived meanwhile but are covered by an applied piece are done as well.
+    // Notices that arrived during the fetch stay pending; the loop fetches them next. Those that
+    // arrived meanwhile but are covered by an applied piece are done as well.
     const std::size_t before = pe.pending.size();
     std::erase_if(pe.pending, [&](const record_ptr& r) {
-      return done_set.count(r.get()) != 0 || r->index <= pe.applied_through[r->creator];
+      return r->index <= pe.applied_through[r->creator] ||
+             std::binary_search(keys.begin(), keys.end(), notice_key{r->creator, r->index, 0}, key_less);
     });
     add_metadata(-static_cast<std::int64_t>((before - pe.pending.size()) * sizeof(record_ptr)));
-    if (pe.pending.empty()) {
-      pe.state = page_state::valid;
-      set_prot_locked(u, pe, os::prot::read);
-    } else {
+    if (!pe.pending.empty()) {
       pe.state = page_state::invalid;
+      continue;
     }
+    pe.state = page_state::valid;
+    // A write fault (x86 tells; `++*p` is one) twins the copy just made and opens it read-write
+    // at once: one mprotect instead of read-only now and a second fault to open it.
+    if (how == access::write) make_writable_locked(u, pe);
+    else set_prot_locked(u, pe, os::prot::read);
+    return true;
   }
 }
 
@@ -290,50 +319,38 @@ bool engine::on_fault(const os::fault_info& f) {
 }
 
 void engine::units_allocated(std::uint32_t first, std::uint32_t count) {
-  // New units become readable, at one mprotect for the whole range plus one per unit that must
-  // stay inaccessible. The range is opened *before* any state leaves `unallocated`: once a unit
-  // is `valid`, a write notice (from a rank that returned from the same collective allocation
-  // earlier and already wrote and released) may invalidate it at any moment, and a protection
-  // change made after our page lock is released would undo that invalidation and let the
-  // application read a stale copy. While a unit is `unallocated` nothing else changes its
+  // New units become readable, at one mprotect for the whole range plus one per run of units
+  // that must stay inaccessible. The range is opened *before* any state leaves `unallocated`:
+  // once a unit is `valid`, a write notice (from a rank that returned from the same collective
+  // allocation earlier and already wrote and released) may invalidate it at any moment, and a
+  // protection change made after our page lock is released would undo that invalidation and let
+  // the application read a stale copy. While a unit is `unallocated` nothing else changes its
   // protection, and no application thread can touch it yet (its address has not been returned).
-  os::protect(region_.app_unit(first), std::size_t{count} * region_.unit(), os::prot::read);
+  protect_units(first, count, os::prot::read);
+  protection_batch batch = protections();
   for (std::uint32_t u = first; u < first + count; ++u) {
-    std::lock_guard lk(pages_.lock_of(u));
-    page_entry& pe = pages_.at(u);
-    if (pe.state == page_state::unallocated) {
-      pe.state = pe.pending.empty() ? page_state::valid : page_state::invalid;
-      pe.prot = os::prot::read;  // what the application view has now
-      if (pe.state == page_state::invalid) set_prot_locked(u, pe, os::prot::none);
-    } else {
-      os::protect(region_.app_unit(u), region_.unit(), pe.prot);  // not ours to change: restore it
-    }
+    batch.visit(u, [&](page_entry& pe) -> unit_protection {
+      if (pe.state == page_state::unallocated) {
+        pe.state = pe.pending.empty() ? page_state::valid : page_state::invalid;
+        pe.prot = os::prot::read;  // what the application view has now
+        return {pe.state == page_state::invalid ? os::prot::none : os::prot::read};
+      }
+      const os::prot keep = pe.prot;  // not ours to change: restore it
+      pe.prot = os::prot::read;
+      return {keep};
+    });
   }
 }
 
 void engine::units_freed(std::uint32_t first, std::uint32_t count) {
-  std::uint32_t run = first;
-  auto flush = [&](std::uint32_t end) {
-    if (end > run) os::protect(region_.app_unit(run), std::size_t{end - run} * region_.unit(), os::prot::none);
-  };
+  protection_batch batch = protections();
   for (std::uint32_t u = first; u < first + count; ++u) {
-    bool to_none = false;
-    {
-      std::lock_guard lk(pages_.lock_of(u));
-      page_entry& pe = pages_.at(u);
-      if (pe.state != page_state::unallocated && pe.state != page_state::no_copy) {
-        // Notices, twin and diffs stay: other ranks may still ask for this rank's writes.
-        to_none = pe.prot != os::prot::none;
-        pe.state = page_state::unallocated;
-        pe.prot = os::prot::none;
-      }
-    }
-    if (!to_none) {
-      flush(u);
-      run = u + 1;
-    }
+    batch.visit(u, [&](page_entry& pe) -> unit_protection {
+      // Notices, twin and diffs stay: other ranks may still ask for this rank's writes.
+      if (pe.state != page_state::unallocated && pe.state != page_state::no_copy) pe.state = page_state::unallocated;
+      return {os::prot::none};
+    });
   }
-  flush(first + count);
 }
 
 }  // namespace mdsm::coherence

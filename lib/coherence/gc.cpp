@@ -48,22 +48,27 @@ void engine::gc() {
 
   // 2. Put every modification of ours into a diff (so copies can be dropped safely), drop
   //    copies with pending notices unless we are the home, and bring home units up to date.
-  std::vector<std::uint32_t> to_validate;
+  std::vector<std::uint32_t> to_validate, to_drop;
   pages_.for_each([&](std::uint32_t u, page_entry& pe) {
     if (pe.twin) make_diff_locked(u, pe);
     if (pe.pending.empty()) return;
-    if (region_.home_of(u) == rank_ && pe.state != page_state::unallocated) {
-      to_validate.push_back(u);
-      return;
-    }
-    add_metadata(-static_cast<std::int64_t>(pe.pending.size() * sizeof(record_ptr)));
-    pe.pending.clear();
-    if (pe.state == page_state::invalid || pe.state == page_state::valid) {
-      pe.state = page_state::no_copy;
-      set_prot_locked(u, pe, os::prot::none);
-      os::discard(region_.lib_unit(u), region_.unit());
-    }
+    if (region_.home_of(u) == rank_ && pe.state != page_state::unallocated) to_validate.push_back(u);
+    else to_drop.push_back(u);
   });
+  {
+    // Dropped copies lose their protection and their memory with one mprotect and one madvise
+    // per run of contiguous units.
+    protection_batch batch = protections();
+    for (std::uint32_t u : to_drop) {
+      batch.visit(u, [&](page_entry& pe) -> unit_protection {
+        add_metadata(-static_cast<std::int64_t>(pe.pending.size() * sizeof(record_ptr)));
+        pe.pending.clear();
+        if (pe.state != page_state::invalid && pe.state != page_state::valid) return {pe.prot};
+        pe.state = page_state::no_copy;
+        return {os::prot::none, true};
+      });
+    }
+  }
   for (std::uint32_t u : to_validate) validate(u, access::read);
 
   // 3. Every home is up to date once every rank got here; until then keep serving diffs.

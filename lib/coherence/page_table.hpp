@@ -17,6 +17,7 @@
 #include "coherence/interval.hpp"
 #include "os/vm.hpp"
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <memory>
@@ -44,7 +45,11 @@ struct page_entry {
   std::uint32_t fetch_generation = 0;
   std::unique_ptr<std::byte[]> twin;
   std::vector<record_ptr> pending;        // other ranks' write notices not yet applied
-  std::vector<own_notice> own;            // this rank's write notices (until collected)
+  // This rank's write notices (until collected), in increasing interval order. The ones still
+  // awaiting the twin form a suffix (a diff ends the wait of all of them at once), and each diff
+  // belongs to a contiguous range of them, so lookups never scan the list: it grows with every
+  // interval that wrote the unit until the next garbage collection.
+  std::vector<own_notice> own;
   std::vector<diff_ptr> open_pieces;      // diffs of current-interval writes made before it closed
   // A lazy diff holds the writes of every interval that awaited its twin, so one piece can cover
   // intervals this rank learns of only later; applying it a second time would undo writes made
@@ -55,6 +60,14 @@ struct page_entry {
   // applied: (creator, newest diff serial applied). Pieces of one creator are made in serial
   //   order, so a piece that a fetch brings back anyway is never applied twice.
   std::vector<std::pair<std::uint32_t, std::uint32_t>> applied;
+
+  // Index in `own` of the notice of `interval`, or own.size() if this rank did not write the
+  // unit in that interval (or it was collected).
+  std::size_t own_index(std::uint32_t interval) const {
+    auto it = std::lower_bound(own.begin(), own.end(), interval,
+                               [](const own_notice& n, std::uint32_t i) { return n.interval < i; });
+    return it != own.end() && it->interval == interval ? static_cast<std::size_t>(it - own.begin()) : own.size();
+  }
 };
 
 class page_table {
@@ -70,6 +83,8 @@ class page_table {
   page_entry* find(std::uint32_t u) const;
   std::mutex& lock_of(std::uint32_t u) { return locks_[u % k_stripes]; }
   std::uint32_t units() const noexcept { return units_; }
+
+  static constexpr std::uint32_t k_stripes = 1024;  // page locks (unit u uses lock u % k_stripes)
 
   // Calls f(unit, entry) for every created entry, holding its page lock.
   template <class F>
@@ -87,7 +102,6 @@ class page_table {
 
  private:
   static constexpr std::uint32_t k_chunk = 512;
-  static constexpr std::uint32_t k_stripes = 1024;
   std::uint32_t units_;
   page_state (*initial_)(void*, std::uint32_t);
   void* ctx_;

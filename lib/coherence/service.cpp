@@ -41,36 +41,46 @@ void engine::encode_pieces_locked(std::uint32_t u, page_entry& pe, const std::ve
                                   net::byte_writer& out) {
   // Diffs are made lazily: if a requested notice still has writes only in the twin, make the
   // diff now (it becomes part of every notice awaiting the twin).
-  for (std::uint32_t i : intervals) {
-    auto it = std::find_if(pe.own.begin(), pe.own.end(), [&](const own_notice& n) { return n.interval == i; });
-    if (it != pe.own.end() && it->awaiting_twin) {
-      make_diff_locked(u, pe);
-      break;
+  if (!pe.own.empty() && pe.own.back().awaiting_twin) {
+    for (std::uint32_t i : intervals) {
+      const std::size_t k = pe.own_index(i);
+      if (k < pe.own.size() && pe.own[k].awaiting_twin) {
+        make_diff_locked(u, pe);
+        break;
+      }
     }
   }
-  // Each distinct piece of the requested intervals once, with EVERY interval it belongs to (a
-  // lazy diff holds the writes of all intervals that awaited its twin, including ones the
-  // requester has not heard of yet): the requester records them so that it never applies the
-  // piece again when it learns of those intervals (page_entry::applied_through).
-  std::vector<std::pair<diff_ptr, std::vector<std::uint32_t>>> pieces;
+  // Each distinct piece of the requested intervals once (in creation order), with EVERY interval
+  // it belongs to (a lazy diff holds the writes of all intervals that awaited its twin, including
+  // ones the requester has not heard of yet): the requester records them so that it never
+  // applies the piece again when it learns of those intervals (page_entry::applied_through).
+  struct found {
+    const diff* d;
+    std::size_t notice;  // index in pe.own of one notice holding it
+  };
+  std::vector<found> pieces;
   for (std::uint32_t i : intervals) {
-    auto it = std::find_if(pe.own.begin(), pe.own.end(), [&](const own_notice& n) { return n.interval == i; });
-    if (it == pe.own.end()) continue;  // no writes of ours to this unit in that interval
-    for (const auto& d : it->pieces) {
-      if (std::any_of(pieces.begin(), pieces.end(), [&](const auto& e) { return e.first == d; })) continue;
-      std::vector<std::uint32_t> covers;
-      for (const auto& n : pe.own)
-        if (std::find(n.pieces.begin(), n.pieces.end(), d) != n.pieces.end()) covers.push_back(n.interval);
-      pieces.emplace_back(d, std::move(covers));
-    }
+    const std::size_t k = pe.own_index(i);
+    if (k == pe.own.size()) continue;  // no writes of ours to this unit in that interval
+    for (const auto& d : pe.own[k].pieces) pieces.push_back(found{d.get(), k});
   }
+  std::sort(pieces.begin(), pieces.end(), [](const found& a, const found& b) { return a.d->serial < b.d->serial; });
+  pieces.erase(std::unique(pieces.begin(), pieces.end(), [](const found& a, const found& b) { return a.d == b.d; }),
+               pieces.end());
+  auto holds = [&](std::size_t k, const diff* d) {
+    return std::any_of(pe.own[k].pieces.begin(), pe.own[k].pieces.end(), [&](const diff_ptr& p) { return p.get() == d; });
+  };
   out.put(static_cast<std::uint32_t>(pieces.size()));
-  for (const auto& [d, in] : pieces) {
-    out.put(static_cast<std::uint32_t>(in.size()));
-    out.put_array<std::uint32_t>(in);
-    out.put(d->serial);
-    out.put(static_cast<std::uint32_t>(d->bytes.size()));
-    out.put_bytes(d->bytes);
+  for (const found& f : pieces) {
+    // The notices holding a piece are contiguous in pe.own (see page_entry::own).
+    std::size_t first = f.notice, last = f.notice;
+    while (first > 0 && holds(first - 1, f.d)) --first;
+    while (last + 1 < pe.own.size() && holds(last + 1, f.d)) ++last;
+    out.put(static_cast<std::uint32_t>(last - first + 1));
+    for (std::size_t k = first; k <= last; ++k) out.put(pe.own[k].interval);
+    out.put(f.d->serial);
+    out.put(static_cast<std::uint32_t>(f.d->bytes.size()));
+    out.put_bytes(f.d->bytes);
   }
 }
 

@@ -56,6 +56,8 @@ namespace mdsm::stats {
   X(write_notices_received, count, "write notices applied (pages invalidated)")                  \
   X(read_faults, count, "read faults on the coherent region")                                    \
   X(write_faults, count, "write faults on the coherent region")                                  \
+  X(protect_calls, count, "mprotect calls on the coherent region's application view")            \
+  X(protect_units, count, "coherence units covered by those calls")                              \
   X(twins_created, count, "twins created")                                                       \
   X(diffs_created, count, "diffs created")                                                       \
   X(diff_bytes_created, count, "bytes of diffs created")                                         \

@@ -638,3 +638,104 @@ TEST_CASE("litmus 28: a RELEASE that arrives while the receiver is still inside 
   }
   world_barrier();
 }
+
+TEST_CASE("litmus 29: a write fault on an invalid or absent page fetches, twins and opens it read-write at once",
+          "[mpi][litmus][np2+]") {
+  // The write fault (a read-modify-write here) fetches the other writer's diff on top of this
+  // rank's own unreleased write, makes the twin from the result and opens the page read-write
+  // with one mprotect; the twin made after the fetch keeps the other writer's words out of this
+  // rank's next diff. The same for a page this rank holds no copy of (whole-page fetch).
+  session s;
+  mailbox box("litmus.box");
+  std::atomic<long> got{0};
+  auto ptr = mdsm::register_handler("litmus.pointer", [&](mdsm::message& m) {
+    got = m.as<long>();
+    m.accept();
+  });
+  int* a = mdsm::alloc_collective_array<int>(k_words_per_page);
+  const int me = mdsm::rank();
+  if (me == 0) {
+    a[10] = 10;  // own write, twin kept, not released yet
+    box.send(1, annotation::none);  // "written": rank 1's notice must find the page written
+    box.wait(1, 1);
+    const auto protects = stat("protect_calls"), faults = stat("write_faults") + stat("read_faults");
+    ++a[20];  // invalid page, written by rank 1: one fault, one mprotect (none -> read-write)
+    CHECK(stat("protect_calls") - protects == 1);
+    CHECK(stat("write_faults") + stat("read_faults") - faults == 1);
+    a[21] = 21;  // already writable: no further fault
+    CHECK(stat("write_faults") + stat("read_faults") - faults == 1);
+    CHECK(a[10] == 10);
+    box.send(1, annotation::release);
+    auto* p = mdsm::alloc_array<int>(k_words_per_page);  // rank 0's arena: rank 1 has no copy
+    p[5] = 5;
+    mdsm::send_value(1, ptr, reinterpret_cast<long>(p), annotation::release);
+    box.wait(2, 1);
+    CHECK(p[5] == 6);
+    CHECK(p[6] == 7);
+  } else if (me == 1) {
+    box.wait(1, 0);
+    a[20] = 20;
+    box.send(0, annotation::release);
+    a[22] = 22;  // written after the release: still only in rank 1's twin when rank 0's notice arrives
+    box.wait(2, 0);
+    CHECK(a[10] == 10);
+    CHECK(a[20] == 21);
+    CHECK(a[21] == 21);
+    CHECK(a[22] == 22);
+    mdsm::wait_until([&] { return got.load() != 0; });
+    auto* p = reinterpret_cast<int*>(got.load());
+    const auto protects = stat("protect_calls"), copies = stat("page_requests");
+    ++p[5];  // no copy here: fetch the page, twin, read-write, with one mprotect
+    CHECK(stat("protect_calls") - protects == 1);
+    CHECK(stat("page_requests") - copies == 1);
+    p[6] = 7;
+    box.send(0, annotation::release);
+  }
+  world_barrier();
+}
+
+TEST_CASE("litmus 30: protection changes of contiguous units in different states are coalesced correctly",
+          "[mpi][litmus][np2+]") {
+  // Rank 0 writes six contiguous pages; rank 1's notices then invalidate two of them, and rank 0
+  // reads one of those back (its own writes saved in a diff, the page read-only but still
+  // written in this interval). At rank 0's release the six written units are read-write,
+  // read-only and inaccessible: the read-write ones around the read-only one become read-only
+  // with one mprotect, the invalid one keeps no access, the last one needs a second call.
+  // Every unit must still catch the next write; rank 1's acquire invalidates all six with one.
+  session s;
+  mailbox box("litmus.box");
+  constexpr int pages = 6;
+  int* a = mdsm::alloc_collective_array<int>(pages * k_words_per_page);
+  auto at = [&](int page, int word) -> int& { return a[page * k_words_per_page + word]; };
+  const int me = mdsm::rank();
+  world_barrier();
+  if (me == 0) {
+    for (int p = 0; p < pages; ++p) at(p, 0) = 100 + p;
+    box.send(1, annotation::none);  // "written"
+    box.wait(1, 1);                 // rank 1's notices for pages 2 and 4
+    CHECK(at(2, 1) == 21);          // fetch; page 2 read-only, still written in this interval
+    const auto protects = stat("protect_calls");
+    box.send(1, annotation::release);
+    CHECK(stat("protect_calls") - protects == 2);  // pages 0-3 and page 5; page 4 stays inaccessible
+    const auto faults = stat("write_faults");
+    for (int p = 0; p < pages; ++p) at(p, 2) = 200 + p;  // every page must fault: new interval
+    CHECK(stat("write_faults") - faults == pages);
+    box.send(1, annotation::release);
+  } else if (me == 1) {
+    box.wait(1, 0);
+    at(2, 1) = 21;
+    at(4, 1) = 41;
+    const auto protects = stat("protect_calls");
+    box.send(0, annotation::release);  // write-protects pages 2 and 4: two calls
+    box.wait(2, 0);                    // rank 0's first RELEASE: all six pages invalid, one call
+    CHECK(stat("protect_calls") - protects == 3);
+    box.wait(3, 0);
+    for (int p = 0; p < pages; ++p) {
+      CHECK(at(p, 0) == 100 + p);
+      CHECK(at(p, 2) == 200 + p);
+    }
+    CHECK(at(2, 1) == 21);
+    CHECK(at(4, 1) == 41);
+  }
+  world_barrier();
+}

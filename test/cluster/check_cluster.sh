@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Cross-host test: the multi-rank test suite and two applications across 4 hosts (network
+# namespaces joined by a bridge, Open MPI over TCP only), using the workplace's netns-cluster
+# script. Skipped (exit 77) when it cannot run here: not root, no netns-cluster, or namespaces
+# not permitted.
+#   check_cluster.sh BUILD_DIR SOURCE_DIR
+set -uo pipefail
+build=$1
+src=$2
+cluster=${MDSM_NETNS_CLUSTER:-$src/../shared/cluster/netns-cluster}
+if [[ $(id -u) -ne 0 ]]; then echo "skip: needs root for network namespaces"; exit 77; fi
+if [[ ! -x $cluster ]]; then echo "skip: no netns-cluster at $cluster (set MDSM_NETNS_CLUSTER)"; exit 77; fi
+if ! "$cluster" up 4; then
+  "$cluster" down >/dev/null 2>&1
+  echo "skip: could not create network namespaces here"
+  exit 77
+fi
+
+status=0
+out=$(mktemp)
+trap '"$cluster" down >/dev/null 2>&1; rm -f "$out"' EXIT
+# A launch sometimes fails before any rank starts: Open MPI's daemons cannot connect right after
+# the previous job's have gone, or one crashes writing its hwloc topology to shared memory (all
+# "hosts" share one kernel here). Those are retried; a failure of the program itself is not.
+run() {
+  echo "== $*"
+  for attempt in 1 2 3; do
+    if timeout 600 "$cluster" mpirun "$@" >"$out" 2>&1; then
+      cat "$out"
+      return
+    fi
+    grep -q -e "unable to complete a TCP connection" -e "ORTE was unable to reliably start" "$out" || break
+    echo "(launch failed before the job started; retrying)"
+    sleep 2
+  done
+  cat "$out"
+  echo "FAILED across hosts: $*"
+  status=1
+}
+run -n 4 "$build/test/mpi_tests"
+run -n 3 "$build/apps/water/water" --version=hybrid --quick
+run -n 4 "$build/apps/quicksort/quicksort" --version=hybrid1 --quick
+exit $status

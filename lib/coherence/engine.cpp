@@ -24,7 +24,8 @@ engine::engine(net::transport& t, net::progress& p, const region_config& cfg)
       pages_(region_.units(), &engine::initial_state, this),
       vt_(static_cast<std::size_t>(size_)),
       store_(static_cast<std::size_t>(size_)),
-      known_(static_cast<std::size_t>(size_), vector_time(static_cast<std::size_t>(size_))) {
+      known_(static_cast<std::size_t>(size_), vector_time(static_cast<std::size_t>(size_))),
+      hot_intervals_(static_cast<std::uint8_t>(cfg.hot_intervals)) {
   t.set_handler(net::channel::coherence, &engine::on_frame, this);
   g_engine = this;
   os::install_fault_handler(&engine::fault_trampoline);
@@ -70,25 +71,44 @@ bool engine::close_interval_locked() {
   std::sort(units.begin(), units.end());
   units.erase(std::unique(units.begin(), units.end()), units.end());
   const std::uint32_t index = vt_[static_cast<std::size_t>(rank_)] + 1;
-  std::vector<std::uint32_t> written;
+  std::vector<std::uint32_t> written, kept;
   written.reserve(units.size());
   {
     // Write-protect so that the next write is seen and lands in the next interval (the twin
     // stays, the diff is made lazily): one mprotect per run of contiguous units.
+    //
+    // Except hot units (keep_writable > 0, see make_writable_locked): they stay read-write and
+    // dirty, so the next interval gets a notice for them too, written or not. That is safe
+    // because their twin stays until a diff is served, and the lazy diff covers every notice
+    // awaiting the twin: a reader that acts on a notice the unit was not written in fetches a
+    // diff that holds nothing new for it. It saves a write fault and a twin check per unit and
+    // interval (SOR rewrites its whole block every half-sweep) at the price of at most
+    // hot_intervals_ notices for a unit that stops being written.
     protection_batch batch = protections();
     for (std::uint32_t u : units) {
       batch.visit(u, [&](page_entry& pe) -> unit_protection {
         if (!pe.dirty) return {pe.prot};  // its writes already went into a diff of an earlier notice
-        pe.dirty = false;
         pe.own.push_back(own_notice{index, std::move(pe.open_pieces), pe.twin != nullptr});
         pe.open_pieces.clear();
         add_metadata(sizeof(own_notice));
         written.push_back(u);
+        if (pe.keep_writable > 0 && pe.prot == os::prot::read_write && pe.twin != nullptr) {
+          --pe.keep_writable;
+          kept.push_back(u);  // stays dirty
+          return {pe.prot};
+        }
+        pe.dirty = false;
+        pe.keep_writable = 0;
         return {pe.prot == os::prot::read_write ? os::prot::read : pe.prot};
       });
     }
   }
+  if (!kept.empty()) {
+    std::lock_guard lk(dirty_mutex_);
+    dirty_.insert(dirty_.end(), kept.begin(), kept.end());
+  }
   if (written.empty()) return false;
+  last_closed_.store(index, std::memory_order_relaxed);
   auto r = std::make_shared<interval_record>();
   r->creator = static_cast<std::uint32_t>(rank_);
   r->index = index;

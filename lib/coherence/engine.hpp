@@ -168,6 +168,8 @@ class engine {
 
   std::mutex dirty_mutex_;
   std::vector<std::uint32_t> dirty_;
+  const std::uint8_t hot_intervals_;             // region_config::hot_intervals
+  std::atomic<std::uint32_t> last_closed_{0};  // index of this rank's newest closed interval
 
   std::mutex boxes_mutex_;
   std::unordered_map<std::uint32_t, box_ptr> boxes_;

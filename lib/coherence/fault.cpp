@@ -59,6 +59,11 @@ void engine::set_prot_locked(std::uint32_t u, page_entry& pe, os::prot p) {
 }
 
 void engine::make_writable_locked(std::uint32_t u, page_entry& pe) {
+  // Written in the interval closed last and again now, with no diff served in between (the twin
+  // still awaits): likely written in every interval, so keep it writable across the next closes.
+  if (pe.twin && hot_intervals_ != 0 && !pe.own.empty() && pe.own.back().awaiting_twin &&
+      pe.own.back().interval == last_closed_.load(std::memory_order_relaxed))
+    pe.keep_writable = hot_intervals_;
   if (!pe.twin) {
     pe.twin = std::make_unique_for_overwrite<std::byte[]>(region_.unit());
     std::memcpy(pe.twin.get(), region_.lib_unit(u), region_.unit());
@@ -78,6 +83,7 @@ void engine::make_diff_locked(std::uint32_t u, page_entry& pe) {
   // Stop concurrent writes first: a write racing with this either lands before the protection
   // changes (and is in the diff) or faults and waits for our page lock (and is in the next one).
   if (pe.prot == os::prot::read_write) set_prot_locked(u, pe, os::prot::read);
+  pe.keep_writable = 0;  // the next write must fault again to be seen
   auto bytes = make_diff(region_.lib_unit(u), pe.twin.get(), region_.unit());
   pe.twin.reset();
   add_metadata(-static_cast<std::int64_t>(region_.unit()));

@@ -40,7 +40,11 @@ struct own_notice {
 struct page_entry {
   page_state state = page_state::unallocated;
   os::prot prot = os::prot::none;  // the application view's protection of this unit
-  bool dirty = false;              // written in the current (open) interval
+  bool dirty = false;              // written in the current (open) interval (or kept writable)
+  // Interval closes left during which this unit stays read-write instead of being
+  // write-protected: a unit written in consecutive intervals is assumed written in the next ones
+  // too (engine::close_interval_locked explains why that is safe).
+  std::uint8_t keep_writable = 0;
   bool fetching = false;           // a thread is fetching this unit's diffs or copy
   std::uint32_t fetch_generation = 0;
   std::unique_ptr<std::byte[]> twin;

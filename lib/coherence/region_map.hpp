@@ -25,7 +25,11 @@ struct region_config {
   std::size_t unit_pages = 1;               // coherence unit, in OS pages
   std::uintptr_t address = 0;               // requested address; 0 = let the ranks agree on one
   bool strict_address = false;              // fail rather than move away from `address`
-  static region_config from_env(region_config defaults);  // MDSM_COHERENT_SIZE, _UNIT_PAGES, _ADDRESS
+  // Interval closes a unit written in two consecutive intervals stays writable for (0: none;
+  // at most 255). See engine::close_interval_locked.
+  unsigned hot_intervals = 32;
+  // MDSM_COHERENT_SIZE, _UNIT_PAGES, _ADDRESS, MDSM_HOT_UNIT_INTERVALS
+  static region_config from_env(region_config defaults);
 };
 
 class region_map {

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
 
 using mdsm::annotation;
@@ -736,6 +737,146 @@ TEST_CASE("litmus 30: protection changes of contiguous units in different states
     }
     CHECK(at(2, 1) == 21);
     CHECK(at(4, 1) == 41);
+  }
+  world_barrier();
+}
+
+namespace {
+// Sets an environment variable for one session (mdsm reads it at init).
+struct scoped_env {
+  const char* name;
+  scoped_env(const char* n, const char* value) : name(n) { ::setenv(n, value, 1); }
+  ~scoped_env() { ::unsetenv(name); }
+};
+}  // namespace
+
+TEST_CASE("litmus 31: a page written in every interval stays writable, and a served diff makes writes fault again",
+          "[mpi][litmus][np2+]") {
+  // Rank 0 writes page 0 in 100 consecutive intervals, releasing to rank 1 after each; rank 1
+  // accepts but reads only after the 50th and the 100th. With MDSM_HOT_UNIT_INTERVALS=4 the
+  // second write fault makes the page hot: it stays read-write across 4 closes, is
+  // write-protected at the 5th, and the next write re-arms it: one fault per 5 intervals. With 0
+  // every interval faults. Rank 1's read at 50 is served from the twin (covering every interval
+  // that awaited it) and write-protects the page, so rank 0's next write must fault to be seen.
+  for (const char* hot : {"4", "0"}) {
+    CAPTURE(hot);
+    scoped_env env("MDSM_HOT_UNIT_INTERVALS", hot);
+    session s;
+    mailbox box("litmus.box");
+    int* a = mdsm::alloc_collective_array<int>(k_words_per_page);
+    const int me = mdsm::rank();
+    constexpr int rounds = 100, words = 8;
+    world_barrier();
+    if (me == 0) {
+      const auto faults0 = stat("write_faults");
+      for (int r = 1; r <= rounds; ++r) {
+        if (r == 51) {
+          box.wait(1, 1);  // rank 1 has read round 50
+          const auto f = stat("write_faults");
+          a[0] = r;
+          CHECK(stat("write_faults") - f == 1);
+        }
+        for (int w = 0; w < words; ++w) a[w] = r * 10 + w;
+        box.send(1, annotation::release, r);
+      }
+      const auto faults = stat("write_faults") - faults0;
+      if (hot[0] == '0') {
+        CHECK(faults == rounds);
+      } else {
+        CHECK(faults >= rounds / 5);      // re-protected every 5th close: writes are still seen
+        CHECK(faults <= rounds / 5 + 4);  // but not faulted on in between
+      }
+    } else if (me == 1) {
+      box.wait(50, 0);
+      for (int w = 0; w < words; ++w) CHECK(a[w] == 500 + w);
+      box.send(0, annotation::none);
+      box.wait(rounds, 0);
+      for (int w = 0; w < words; ++w) CHECK(a[w] == rounds * 10 + w);
+    }
+    world_barrier();
+  }
+}
+
+TEST_CASE("litmus 32: two hot writers of one page, read by a third rank, merge correctly",
+          "[mpi][litmus][np3+]") {
+  // Ranks 0 and 1 write disjoint words of the same page in every interval and release only to
+  // rank 2, so neither ever learns of the other's writes and both keep the page writable across
+  // closes. Rank 2 reads every 10 rounds and at the end; each read must show both writers'
+  // words of the latest round it acquired (served diffs hold the writes of every interval
+  // that awaited the twin, and no piece is applied twice).
+  MDSM_NEED_RANKS(3);
+  session s;
+  mailbox box("litmus.box");
+  int* a = mdsm::alloc_collective_array<int>(k_words_per_page);
+  const int me = mdsm::rank();
+  constexpr int rounds = 60, words = 16;
+  world_barrier();
+  if (me == 0 || me == 1) {
+    for (int r = 1; r <= rounds; ++r) {
+      if (r > 1 && (r - 1) % 10 == 0) box.wait((r - 1) / 10, 2);  // rank 2 has read round r-1
+      for (int w = 0; w < words; ++w) a[me * words + w] = r * 100 + me;
+      box.send(2, annotation::release, r);
+    }
+  } else if (me == 2) {
+    for (int r = 10; r <= rounds; r += 10) {
+      box.wait(r, 0);
+      box.wait(r, 1);
+      for (int w = 0; w < words; ++w) {
+        CHECK(a[w] == r * 100);
+        CHECK(a[words + w] == r * 100 + 1);
+      }
+      for (int w = 2 * words; w < 3 * words; ++w) CHECK(a[w] == 0);
+      if (r < rounds) {
+        box.send(0, annotation::none);
+        box.send(1, annotation::none);
+      }
+    }
+  }
+  world_barrier();
+}
+
+TEST_CASE("litmus 33: a hot page that stops being written stops being announced", "[mpi][litmus][np2+]") {
+  // Rank 0 makes page 0 hot (MDSM_HOT_UNIT_INTERVALS=4), then writes only page 1 for 300 more
+  // intervals. Page 0 gets a notice in at most 4 of them (the hot stretch is bounded), each of
+  // which a reader may act on; rank 1 reads page 0 in the middle and at the end and must always
+  // see the last values.
+  scoped_env env("MDSM_HOT_UNIT_INTERVALS", "4");
+  session s;
+  mailbox box("litmus.box");
+  int* a = mdsm::alloc_collective_array<int>(2 * k_words_per_page);
+  int* b = a + k_words_per_page;
+  const int me = mdsm::rank();
+  world_barrier();
+  if (me == 0) {
+    for (int r = 1; r <= 5; ++r) {
+      a[0] = r;
+      box.send(1, annotation::release);
+    }
+    const auto notices = stat("write_notices_created");
+    for (int r = 1; r <= 300; ++r) {
+      b[0] = r;
+      if (r == 150) {
+        box.send(1, annotation::release);
+        box.wait(1, 1);  // rank 1 read page 0
+        continue;
+      }
+      box.send(1, annotation::release);
+    }
+    // page 1: one notice per interval; page 0: at most the rest of its hot stretch
+    CHECK(stat("write_notices_created") - notices <= 300 + 4);
+    b[1] = 7;
+    a[1] = 9;
+    box.send(1, annotation::release);
+  } else if (me == 1) {
+    box.wait(5 + 150, 0);
+    CHECK(a[0] == 5);
+    CHECK(b[0] == 150);
+    box.send(0, annotation::none);
+    box.wait(5 + 300 + 1, 0);
+    CHECK(a[0] == 5);
+    CHECK(a[1] == 9);
+    CHECK(b[0] == 300);
+    CHECK(b[1] == 7);
   }
   world_barrier();
 }

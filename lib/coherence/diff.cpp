@@ -3,6 +3,7 @@
 #include "common/check.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <cstring>
 
 #if defined(__x86_64__)
@@ -13,223 +14,397 @@ namespace mdsm::coherence {
 
 namespace {
 
+constexpr std::size_t k_block_words = 64;  // one mask word
+constexpr std::size_t k_block_bytes = 4 * k_block_words;
+constexpr std::size_t k_slack = 64;  // make_diff's data area: room for one full-vector store past the end
+
 inline std::uint64_t load64(const std::byte* p) {
   std::uint64_t v;
   std::memcpy(&v, p, 8);
   return v;
 }
+inline void store64(std::byte* p, std::uint64_t v) { std::memcpy(p, &v, 8); }
 inline std::uint32_t load32(const std::byte* p) {
   std::uint32_t v;
   std::memcpy(&v, p, 4);
   return v;
 }
 
-struct run {
-  std::uint32_t offset;
-  std::uint32_t length;
+// The geometry of a unit's diff.
+struct shape {
+  std::size_t words, blocks, full_blocks, summary_words;
+  explicit shape(std::size_t len)
+      : words(len / 4),
+        blocks((words + k_block_words - 1) / k_block_words),
+        full_blocks(words / k_block_words),
+        summary_words((blocks + 63) / 64) {}
+  std::size_t header_worst() const { return 8 * summary_words + 8 * blocks; }
+  // Bits of the last block's mask that name words of the unit.
+  std::uint64_t last_valid() const {
+    const std::size_t r = words % k_block_words;
+    return r == 0 ? ~std::uint64_t{0} : (std::uint64_t{1} << r) - 1;
+  }
 };
 
-// Calls f(run) for every run, validating against a unit of `len` bytes.
+diff_isa pick_isa() {
+#if defined(__x86_64__)
+  __builtin_cpu_init();  // we may run before the constructors that would do it
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("popcnt")) return diff_isa::avx512;
+  if (__builtin_cpu_supports("avx2")) return diff_isa::avx2;
+#endif
+  return diff_isa::scalar;
+}
+diff_isa g_isa = pick_isa();
+
+// ---- the changed-word mask of one block -------------------------------------------------------
+
+// Words [0, n) of a block (n <= 64, even: len is a multiple of 8).
+std::uint64_t block_mask_scalar(const std::byte* page, const std::byte* twin, std::size_t n) {
+  std::uint64_t bits = 0;
+  for (std::size_t w = 0; w < n; w += 2) {
+    const std::uint64_t x = load64(page + 4 * w) ^ load64(twin + 4 * w);
+    if (x == 0) continue;
+    if (static_cast<std::uint32_t>(x) != 0) bits |= std::uint64_t{1} << w;
+    if ((x >> 32) != 0) bits |= std::uint64_t{1} << (w + 1);
+  }
+  return bits;
+}
+
+#if defined(__x86_64__)
+__attribute__((target("avx2"))) std::uint64_t block_mask_avx2(const std::byte* p, const std::byte* t) {
+  __m256i eq[8];
+  __m256i all = _mm256_set1_epi32(-1);
+  for (unsigned k = 0; k < 8; ++k) {
+    const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32 * k));
+    const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(t + 32 * k));
+    eq[k] = _mm256_cmpeq_epi32(a, b);
+    all = _mm256_and_si256(all, eq[k]);
+  }
+  if (_mm256_movemask_epi8(all) == -1) return 0;  // the common case in sparse diffs
+  std::uint64_t equal = 0;
+  for (unsigned k = 0; k < 8; ++k)
+    equal |= std::uint64_t{static_cast<unsigned>(_mm256_movemask_ps(_mm256_castsi256_ps(eq[k])))} << (8 * k);
+  return ~equal;
+}
+#endif
+
+// ---- make_diff: one pass over page and twin -----------------------------------------------------
+//
+// Both scans write into the per-thread buffer laid out as the worst case:
+//   [summary: 8*summary_words][masks: 8*blocks][data: 4*words + k_slack]
+// filling the summary, the masks of changed blocks from the front of their area, and the changed
+// words from the front of theirs. They return (changed blocks, data bytes).
+struct scan_result {
+  std::size_t blocks = 0;
+  std::size_t data_bytes = 0;
+};
+
+// Appends the words of `bits` from `page` (one block of n words) at `out`; returns the new end.
+// May write 4 bytes past it (the data area's slack).
+std::byte* compress_scalar(const std::byte* page, std::uint64_t bits, std::size_t n, std::byte* out) {
+  if (bits == ~std::uint64_t{0}) {
+    std::memcpy(out, page, k_block_bytes);
+    return out + k_block_bytes;
+  }
+  if (std::popcount(bits) <= 16) {  // sparse: visit the set bits
+    for (; bits != 0; bits &= bits - 1) {
+      std::memcpy(out, page + 4 * static_cast<std::size_t>(std::countr_zero(bits)), 4);
+      out += 4;
+    }
+    return out;
+  }
+  for (std::size_t w = 0; w < n; ++w) {  // dense: store every word, keep the changed ones
+    std::memcpy(out, page + 4 * w, 4);
+    out += 4 * ((bits >> w) & 1);
+  }
+  return out;
+}
+
+// The blocks [from, sh.blocks) with the portable code (everything without AVX-512; the partial
+// last block of a unit that is not a multiple of 256 bytes with AVX-512 too).
+scan_result scan_generic(const std::byte* page, const std::byte* twin, const shape& sh, std::size_t from,
+                         scan_result r, std::byte* buf) {
+  std::byte* const masks = buf + 8 * sh.summary_words;
+  std::byte* const data = buf + sh.header_worst();
+  std::byte* out = data + r.data_bytes;
+  for (std::size_t b = from; b < sh.blocks; ++b) {
+    const std::byte* p = page + b * k_block_bytes;
+    const std::byte* t = twin + b * k_block_bytes;
+    const std::size_t n = std::min(k_block_words, sh.words - b * k_block_words);
+    std::uint64_t bits;
+#if defined(__x86_64__)
+    if (g_isa != diff_isa::scalar && n == k_block_words) bits = block_mask_avx2(p, t);
+    else
+#endif
+      bits = block_mask_scalar(p, t, n);
+    if (bits == 0) continue;
+    store64(buf + 8 * (b / 64), load64(buf + 8 * (b / 64)) | std::uint64_t{1} << (b % 64));
+    store64(masks + 8 * r.blocks++, bits);
+    out = compress_scalar(p, bits, n, out);
+  }
+  r.data_bytes = static_cast<std::size_t>(out - data);
+  return r;
+}
+
+#if defined(__x86_64__)
+// Full blocks: compare 16 words at a time into a mask register and compress the changed ones
+// straight from the registers the compare loaded (register-form vpcompressd and a plain store:
+// the memory form is microcoded and slow on AMD Zen 4). Equal blocks cost a compare, fully
+// changed ones a copy, the rest four compresses, whatever the pattern.
+__attribute__((target("avx512f,popcnt"))) scan_result scan_avx512(const std::byte* page, const std::byte* twin,
+                                                                  const shape& sh, std::byte* buf) {
+  std::byte* const masks = buf + 8 * sh.summary_words;
+  std::byte* const data = buf + sh.header_worst();
+  std::byte* out = data;
+  std::size_t changed = 0;
+  for (std::size_t b = 0; b < sh.full_blocks; ++b) {
+    const std::byte* p = page + b * k_block_bytes;
+    const std::byte* t = twin + b * k_block_bytes;
+    const __m512i p0 = _mm512_loadu_si512(p), p1 = _mm512_loadu_si512(p + 64);
+    const __m512i p2 = _mm512_loadu_si512(p + 128), p3 = _mm512_loadu_si512(p + 192);
+    const __mmask16 k0 = _mm512_cmpneq_epi32_mask(p0, _mm512_loadu_si512(t));
+    const __mmask16 k1 = _mm512_cmpneq_epi32_mask(p1, _mm512_loadu_si512(t + 64));
+    const __mmask16 k2 = _mm512_cmpneq_epi32_mask(p2, _mm512_loadu_si512(t + 128));
+    const __mmask16 k3 = _mm512_cmpneq_epi32_mask(p3, _mm512_loadu_si512(t + 192));
+    const std::uint64_t bits = std::uint64_t{k0} | std::uint64_t{k1} << 16 | std::uint64_t{k2} << 32 |
+                               std::uint64_t{k3} << 48;
+    if (bits == 0) continue;
+    store64(buf + 8 * (b / 64), load64(buf + 8 * (b / 64)) | std::uint64_t{1} << (b % 64));
+    store64(masks + 8 * changed++, bits);
+    if (bits == ~std::uint64_t{0}) {
+      _mm512_storeu_si512(out, p0);
+      _mm512_storeu_si512(out + 64, p1);
+      _mm512_storeu_si512(out + 128, p2);
+      _mm512_storeu_si512(out + 192, p3);
+      out += k_block_bytes;
+      continue;
+    }
+    // Each store writes a whole vector; only the compressed words count (the data area has
+    // k_slack bytes of room after its worst-case end for the last one).
+    _mm512_storeu_si512(out, _mm512_maskz_compress_epi32(k0, p0));
+    out += 4 * std::popcount(static_cast<unsigned>(k0));
+    _mm512_storeu_si512(out, _mm512_maskz_compress_epi32(k1, p1));
+    out += 4 * std::popcount(static_cast<unsigned>(k1));
+    _mm512_storeu_si512(out, _mm512_maskz_compress_epi32(k2, p2));
+    out += 4 * std::popcount(static_cast<unsigned>(k2));
+    _mm512_storeu_si512(out, _mm512_maskz_compress_epi32(k3, p3));
+    out += 4 * std::popcount(static_cast<unsigned>(k3));
+  }
+  scan_result r{changed, static_cast<std::size_t>(out - data)};
+  if (sh.full_blocks < sh.blocks) r = scan_generic(page, twin, sh, sh.full_blocks, r, buf);
+  return r;
+}
+#endif
+
+// The per-thread buffer make_diff writes into. When a diff fills most of it, the buffer itself
+// becomes the diff (no copy) and the next call allocates a new one.
+struct scratch_buffer {
+  std::byte* data = nullptr;
+  std::size_t capacity = 0;
+  ~scratch_buffer() { std::free(data); }
+  std::byte* get(std::size_t need) {
+    if (capacity < need) {
+      std::free(data);
+      data = static_cast<std::byte*>(std::malloc(need));
+      if (data == nullptr) throw std::bad_alloc();
+      capacity = need;
+    }
+    return data;
+  }
+};
+thread_local scratch_buffer t_scratch;
+
+// ---- apply_diff -------------------------------------------------------------------------------
+
+// A validated encoding.
+struct parsed {
+  const std::byte* summary = nullptr;
+  const std::byte* masks = nullptr;
+  const std::byte* data = nullptr;
+  std::size_t summary_words = 0, changed_words = 0;
+};
+
+[[noreturn]] void malformed(const char* why) { detail::fail(MDSM_ERR_MALFORMED, "diff: ", why); }
+
+parsed validate(std::span<const std::byte> enc, std::size_t len) {
+  parsed p;
+  if (enc.empty()) return p;
+  const shape sh(len);
+  if (enc.size() < 8 * sh.summary_words) malformed("shorter than its block summary");
+  std::size_t blocks = 0;
+  for (std::size_t s = 0; s < sh.summary_words; ++s) {
+    const std::uint64_t bits = load64(enc.data() + 8 * s);
+    const std::size_t valid = std::min<std::size_t>(64, sh.blocks - 64 * s);
+    if (valid < 64 && (bits >> valid) != 0) malformed("block summary names a block outside the unit");
+    blocks += static_cast<std::size_t>(std::popcount(bits));
+  }
+  if ((enc.size() - 8 * sh.summary_words) / 8 < blocks) malformed("fewer block masks than the summary names");
+  p.summary = enc.data();
+  p.summary_words = sh.summary_words;
+  p.masks = enc.data() + 8 * sh.summary_words;
+  p.data = p.masks + 8 * blocks;
+  std::size_t j = 0;
+  for (std::size_t s = 0; s < sh.summary_words; ++s) {
+    for (std::uint64_t bits = load64(enc.data() + 8 * s); bits != 0; bits &= bits - 1, ++j) {
+      const std::size_t b = 64 * s + static_cast<std::size_t>(std::countr_zero(bits));
+      const std::uint64_t m = load64(p.masks + 8 * j);
+      if (m == 0) malformed("empty block mask");
+      if (b + 1 == sh.blocks && (m & ~sh.last_valid()) != 0) malformed("block mask names a word outside the unit");
+      p.changed_words += static_cast<std::size_t>(std::popcount(m));
+    }
+  }
+  if (enc.size() - 8 * sh.summary_words - 8 * blocks != 4 * p.changed_words)
+    malformed("data length does not match the block masks");
+  return p;
+}
+
+// Calls f(block, mask, data) for every changed block, data pointing at its first word.
 template <class F>
-void for_each_run(std::span<const std::byte> encoded, std::size_t len, F&& f) {
-  std::size_t at = 0;
-  std::uint64_t last_end = 0;
-  while (at < encoded.size()) {
-    if (encoded.size() - at < 8) detail::fail(MDSM_ERR_MALFORMED, "diff: truncated run header");
-    run r;
-    std::memcpy(&r, encoded.data() + at, 8);
-    at += 8;
-    if (r.length == 0 || r.length % 4 != 0 || r.offset % 4 != 0)
-      detail::fail(MDSM_ERR_MALFORMED, "diff: run not word aligned");
-    if (r.offset < last_end || std::uint64_t{r.offset} + r.length > len)
-      detail::fail(MDSM_ERR_MALFORMED, "diff: run outside the unit or out of order");
-    if (encoded.size() - at < r.length) detail::fail(MDSM_ERR_MALFORMED, "diff: truncated run data");
-    f(r, encoded.data() + at);
-    at += r.length;
-    last_end = std::uint64_t{r.offset} + r.length;
+void for_each_block(const parsed& p, F&& f) {
+  const std::byte* mask = p.masks;
+  const std::byte* data = p.data;
+  for (std::size_t s = 0; s < p.summary_words; ++s) {
+    for (std::uint64_t bits = load64(p.summary + 8 * s); bits != 0; bits &= bits - 1) {
+      const std::size_t b = 64 * s + static_cast<std::size_t>(std::countr_zero(bits));
+      const std::uint64_t m = load64(mask);
+      f(b, m, data);
+      mask += 8;
+      data += 4 * static_cast<std::size_t>(std::popcount(m));
+    }
   }
 }
 
-}  // namespace
-
-// make_diff works in two steps. First a bitmask of the changed words (bit i = word i differs),
-// built with the widest compare the CPU has (AVX-512: 16 words per instruction straight into a
-// mask register, AVX2: 8, SSE2: 4, else 64-bit scalar), so an unchanged stretch costs about what
-// memcmp costs. Then the runs are read off the bitmask with bit scans and written to a
-// per-thread scratch buffer, which is copied out once (one allocation of the exact size). The
-// bitmask also lives in per-thread scratch memory reused across calls.
-namespace {
-
-using mask_word = std::uint64_t;
-constexpr std::size_t k_mask_bits = 64;
-
-std::vector<mask_word>& scratch_mask(std::size_t words) {
-  thread_local std::vector<mask_word> mask;
-  mask.resize((words + k_mask_bits - 1) / k_mask_bits);
-  return mask;
-}
-
-// Fills mask[] for words [0, words); words is a multiple of 2 (len is a multiple of 8).
-[[maybe_unused]] void changed_words_scalar(const std::byte* page, const std::byte* twin, std::size_t words, mask_word* mask) {
-  for (std::size_t m = 0; m * k_mask_bits < words; ++m) {
-    const std::size_t first = m * k_mask_bits, last = std::min(words, first + k_mask_bits);
-    mask_word bits = 0;
-    for (std::size_t w = first; w < last; w += 2) {
-      const std::uint64_t x = load64(page + 4 * w) ^ load64(twin + 4 * w);
-      if (x == 0) continue;
-      const std::size_t b = w - first;
-      if (static_cast<std::uint32_t>(x) != 0) bits |= mask_word{1} << b;
-      if ((x >> 32) != 0) bits |= mask_word{1} << (b + 1);
-    }
-    mask[m] = bits;
+void expand_scalar(std::byte* dst, std::uint64_t bits, const std::byte* src) {
+  if (bits == ~std::uint64_t{0}) {
+    std::memcpy(dst, src, k_block_bytes);
+    return;
+  }
+  for (; bits != 0; bits &= bits - 1) {
+    std::memcpy(dst + 4 * static_cast<std::size_t>(std::countr_zero(bits)), src, 4);
+    src += 4;
   }
 }
 
 #if defined(__x86_64__)
-[[maybe_unused]] __attribute__((target("avx512f"))) void changed_words_avx512(const std::byte* page,
-                                                                            const std::byte* twin, std::size_t words,
-                                                                            mask_word* mask) {
-  std::size_t m = 0;
-  for (; (m + 1) * k_mask_bits <= words; ++m) {
-    const std::byte* p = page + m * k_mask_bits * 4;
-    const std::byte* t = twin + m * k_mask_bits * 4;
-    mask_word equal = 0;
-    for (unsigned k = 0; k < 4; ++k) {
-      const __m512i a = _mm512_loadu_si512(p + 64 * k);
-      const __m512i b = _mm512_loadu_si512(t + 64 * k);
-      equal |= mask_word{_mm512_cmpeq_epi32_mask(a, b)} << (16 * k);
-    }
-    mask[m] = ~equal;
+// One block: a masked load of each group's words, an expand to their lanes, a masked store (no
+// byte outside the changed words is written). Pre: a full block.
+__attribute__((target("avx512f,popcnt"))) void expand_avx512(std::byte* dst, std::uint64_t bits,
+                                                             const std::byte* src) {
+  if (bits == ~std::uint64_t{0}) {
+    for (unsigned k = 0; k < 4; ++k) _mm512_storeu_si512(dst + 64 * k, _mm512_loadu_si512(src + 64 * k));
+    return;
   }
-  if (m * k_mask_bits < words)
-    changed_words_scalar(page + m * k_mask_bits * 4, twin + m * k_mask_bits * 4, words - m * k_mask_bits, mask + m);
+  for (unsigned k = 0; k < 4; ++k) {
+    const auto m = static_cast<__mmask16>(bits >> (16 * k));
+    const unsigned n = static_cast<unsigned>(std::popcount(static_cast<unsigned>(m)));
+    const __m512i v = _mm512_maskz_loadu_epi32(static_cast<__mmask16>((1u << n) - 1), src);
+    _mm512_mask_storeu_epi32(dst + 64 * k, m, _mm512_maskz_expand_epi32(m, v));
+    src += 4 * n;
+  }
 }
 
-[[maybe_unused]] __attribute__((target("avx2"))) void changed_words_avx2(const std::byte* page, const std::byte* twin,
-                                                                        std::size_t words, mask_word* mask) {
-  std::size_t m = 0;
-  for (; (m + 1) * k_mask_bits <= words; ++m) {
-    const std::byte* p = page + m * k_mask_bits * 4;
-    const std::byte* t = twin + m * k_mask_bits * 4;
-    __m256i eq[8];
-    __m256i all = _mm256_set1_epi32(-1);
-    for (unsigned k = 0; k < 8; ++k) {
-      const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32 * k));
-      const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(t + 32 * k));
-      eq[k] = _mm256_cmpeq_epi32(a, b);
-      all = _mm256_and_si256(all, eq[k]);
-    }
-    if (_mm256_movemask_epi8(all) == -1) {  // the common case in sparse diffs: 256 equal bytes
-      mask[m] = 0;
-      continue;
-    }
-    mask_word equal = 0;
-    for (unsigned k = 0; k < 8; ++k)
-      equal |= mask_word{static_cast<unsigned>(_mm256_movemask_ps(_mm256_castsi256_ps(eq[k])))} << (8 * k);
-    mask[m] = ~equal;
+__attribute__((target("avx512f"))) void copy_avx512(std::byte* dst, const std::byte* src, std::size_t len) {
+  std::size_t i = 0;
+  for (; i + 256 <= len; i += 256) {
+    const __m512i a = _mm512_loadu_si512(src + i), b = _mm512_loadu_si512(src + i + 64);
+    const __m512i c = _mm512_loadu_si512(src + i + 128), d = _mm512_loadu_si512(src + i + 192);
+    _mm512_storeu_si512(dst + i, a);
+    _mm512_storeu_si512(dst + i + 64, b);
+    _mm512_storeu_si512(dst + i + 128, c);
+    _mm512_storeu_si512(dst + i + 192, d);
   }
-  if (m * k_mask_bits < words)
-    changed_words_scalar(page + m * k_mask_bits * 4, twin + m * k_mask_bits * 4, words - m * k_mask_bits, mask + m);
+  if (i < len) std::memcpy(dst + i, src + i, len - i);  // < 256 bytes: no rep movsb
 }
 
-[[maybe_unused]] void changed_words_sse2(const std::byte* page, const std::byte* twin, std::size_t words, mask_word* mask) {
-  std::size_t m = 0;
-  for (; (m + 1) * k_mask_bits <= words; ++m) {
-    const std::byte* p = page + m * k_mask_bits * 4;
-    const std::byte* t = twin + m * k_mask_bits * 4;
-    mask_word equal = 0;
-    for (unsigned k = 0; k < 16; ++k) {
-      const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16 * k));
-      const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(t + 16 * k));
-      const auto eq = static_cast<unsigned>(_mm_movemask_ps(_mm_castsi128_ps(_mm_cmpeq_epi32(a, b))));
-      equal |= mask_word{eq} << (4 * k);
-    }
-    mask[m] = ~equal;
+__attribute__((target("avx2"))) void copy_avx2(std::byte* dst, const std::byte* src, std::size_t len) {
+  std::size_t i = 0;
+  for (; i + 128 <= len; i += 128) {
+    __m256i v[4];
+    for (unsigned k = 0; k < 4; ++k) v[k] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i + 32 * k));
+    for (unsigned k = 0; k < 4; ++k) _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i + 32 * k), v[k]);
   }
-  if (m * k_mask_bits < words)
-    changed_words_scalar(page + m * k_mask_bits * 4, twin + m * k_mask_bits * 4, words - m * k_mask_bits, mask + m);
+  if (i < len) std::memcpy(dst + i, src + i, len - i);
 }
-
-using changed_fn = void (*)(const std::byte*, const std::byte*, std::size_t, mask_word*);
-changed_fn pick_changed_words() {
-  __builtin_cpu_init();  // we may run before the constructors that would do it
-  if (__builtin_cpu_supports("avx512f")) return changed_words_avx512;
-  return __builtin_cpu_supports("avx2") ? changed_words_avx2 : changed_words_sse2;
-}
-const changed_fn g_changed_words = pick_changed_words();
-#else
-constexpr auto g_changed_words = changed_words_scalar;
 #endif
-
-// Calls f(first_word, end_word) for every maximal run of set bits, in order.
-template <class F>
-void for_each_set_run(const mask_word* mask, std::size_t mask_words, F&& f) {
-  std::size_t m = 0;
-  mask_word cur = mask_words > 0 ? mask[0] : 0;
-  while (true) {
-    while (cur == 0) {
-      if (++m >= mask_words) return;
-      cur = mask[m];
-    }
-    const auto b = static_cast<std::size_t>(__builtin_ctzll(cur));
-    const std::size_t start = m * k_mask_bits + b;
-    // Find the end: the first clear bit at or after start.
-    mask_word rest = ~cur & (~mask_word{0} << b);  // clear bits from b on
-    while (rest == 0) {
-      if (++m >= mask_words) {
-        f(start, mask_words * k_mask_bits);
-        return;
-      }
-      cur = mask[m];
-      rest = ~cur;
-    }
-    const auto e = static_cast<std::size_t>(__builtin_ctzll(rest));
-    f(start, m * k_mask_bits + e);
-    cur &= ~mask_word{0} << e;  // drop the run's bits below e (e < 64 here; bit e is clear)
-  }
-}
 
 }  // namespace
 
-std::vector<std::byte> make_diff(const std::byte* page, const std::byte* twin, std::size_t len) {
+diff_bytes make_diff(const std::byte* page, const std::byte* twin, std::size_t len) {
   MDSM_ASSERT(len % 8 == 0, "unit size must be a multiple of 8");
-  const std::size_t words = len / 4;
-  std::vector<mask_word>& mask = scratch_mask(words);
-  g_changed_words(page, twin, words, mask.data());
-  // Runs are written to a per-thread scratch buffer first (worst case: every other word changed,
-  // 12 bytes per 8; plus slack for the fixed-size copies below), then copied out once: one
-  // allocation of the exact size, no regrowth, no zero-filling.
-  thread_local std::vector<std::byte> scratch;
-  if (scratch.size() < 2 * len + 32) scratch.resize(2 * len + 32);
-  std::byte* const begin = scratch.data();
-  std::byte* at = begin;
-  for_each_set_run(mask.data(), mask.size(), [&](std::size_t first, std::size_t end) {
-    const run r{static_cast<std::uint32_t>(4 * first), static_cast<std::uint32_t>(4 * (end - first))};
-    std::memcpy(at, &r, 8);
-    // Short runs (the usual case in sparse diffs) with one fixed-size copy the compiler inlines;
-    // it may copy up to 16 bytes past the run from the page (still inside it) into the slack.
-    if (r.length <= 16 && r.offset + 16 <= len) std::memcpy(at + 8, page + r.offset, 16);
-    else std::memcpy(at + 8, page + r.offset, r.length);
-    at += 8 + r.length;
-  });
-  return std::vector<std::byte>(begin, at);
+  const shape sh(len);
+  const std::size_t header = sh.header_worst();
+  std::byte* buf = t_scratch.get(header + 4 * sh.words + k_slack);
+  std::memset(buf, 0, 8 * sh.summary_words);
+  scan_result r;
+#if defined(__x86_64__)
+  if (g_isa == diff_isa::avx512) r = scan_avx512(page, twin, sh, buf);
+  else
+#endif
+    r = scan_generic(page, twin, sh, 0, r, buf);
+  diff_bytes out;
+  if (r.data_bytes == 0) return out;
+  const std::size_t head = 8 * sh.summary_words + 8 * r.blocks;
+  out.size_ = head + r.data_bytes;
+  if (r.blocks == sh.blocks && 4 * out.size_ >= 3 * t_scratch.capacity) {
+    // Every block changed and the buffer is mostly full (dense diffs): the masks already sit
+    // right before the data, so the buffer is the encoding. Hand it over instead of copying it.
+    out.data_.reset(t_scratch.data);
+    out.capacity_ = t_scratch.capacity;
+    t_scratch.data = nullptr;
+    t_scratch.capacity = 0;
+    return out;
+  }
+  out.data_.reset(static_cast<std::byte*>(std::malloc(out.size_)));
+  if (out.data_ == nullptr) throw std::bad_alloc();
+  out.capacity_ = out.size_;
+  std::memcpy(out.data_.get(), buf, head);
+  std::memcpy(out.data_.get() + head, buf + header, r.data_bytes);
+  return out;
 }
 
 void apply_diff(std::byte* page, std::size_t len, std::span<const std::byte> encoded) {
-  for_each_run(encoded, len, [](const run&, const std::byte*) {});  // validate everything first
-  for_each_run(encoded, len, [&](const run& r, const std::byte* data) {
-    if (r.length <= 16) {  // short runs: word copies the compiler inlines, no call per run
-      for (std::uint32_t k = 0; k < r.length; k += 4) std::memcpy(page + r.offset + k, data + k, 4);
-    } else {
-      std::memcpy(page + r.offset, data, r.length);
-    }
+  const parsed p = validate(encoded, len);  // everything is checked before the page is touched
+  const shape sh(len);
+#if defined(__x86_64__)
+  if (g_isa == diff_isa::avx512) {
+    for_each_block(p, [&](std::size_t b, std::uint64_t m, const std::byte* src) {
+      if (b < sh.full_blocks) expand_avx512(page + b * k_block_bytes, m, src);
+      else expand_scalar(page + b * k_block_bytes, m, src);
+    });
+    return;
+  }
+#endif
+  for_each_block(p, [&](std::size_t b, std::uint64_t m, const std::byte* src) {
+    expand_scalar(page + b * k_block_bytes, m, src);
   });
 }
 
-std::size_t diff_runs(std::span<const std::byte> encoded, std::size_t len) {
-  std::size_t n = 0;
-  for_each_run(encoded, len, [&](const run&, const std::byte*) { ++n; });
-  return n;
+std::size_t diff_words(std::span<const std::byte> encoded, std::size_t len) {
+  return validate(encoded, len).changed_words;
+}
+
+void copy_unit(std::byte* dst, const std::byte* src, std::size_t len) {
+#if defined(__x86_64__)
+  if (g_isa == diff_isa::avx512) return copy_avx512(dst, src, len);
+  if (g_isa == diff_isa::avx2) return copy_avx2(dst, src, len);
+#endif
+  std::memcpy(dst, src, len);
+}
+
+bool diff_isa_supported(diff_isa isa) {
+  switch (isa) {
+    case diff_isa::scalar: return true;
+    case diff_isa::avx2: return pick_isa() != diff_isa::scalar;
+    case diff_isa::avx512: return pick_isa() == diff_isa::avx512;
+  }
+  return false;
+}
+
+diff_isa diff_isa_in_use() { return g_isa; }
+
+void force_diff_isa(diff_isa isa) {
+  MDSM_ASSERT(diff_isa_supported(isa), "forcing an instruction set this CPU lacks");
+  g_isa = isa;
 }
 
 }  // namespace mdsm::coherence

@@ -66,7 +66,7 @@ void engine::make_writable_locked(std::uint32_t u, page_entry& pe) {
     pe.keep_writable = hot_intervals_;
   if (!pe.twin) {
     pe.twin = std::make_unique_for_overwrite<std::byte[]>(region_.unit());
-    std::memcpy(pe.twin.get(), region_.lib_unit(u), region_.unit());
+    copy_unit(pe.twin.get(), region_.lib_unit(u), region_.unit());
     stats::add(stats::counter::twins_created);
     add_metadata(static_cast<std::int64_t>(region_.unit()));
   }
@@ -218,7 +218,7 @@ bool engine::validate(std::uint32_t u, access how) {
       continue;
     }
     std::byte* page = region_.lib_unit(u);
-    if (need_copy) std::memcpy(page, res.copy.data(), region_.unit());
+    if (need_copy) copy_unit(page, res.copy.data(), region_.unit());
     // Apply in an order consistent with happened-before: each piece at the smallest vector-time
     // sum of the snapshot's notices it holds, then by creator and serial. (Sorted lookups: a
     // rank that was away for many intervals can get many notices and pieces at once.)

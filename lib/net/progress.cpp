@@ -99,10 +99,7 @@ void progress::idle(unsigned& turns) {
   }
   // No pause between turns: a turn already spends ~100 ns inside MPI, and a pause would only
   // delay noticing the frame a waiter waits for.
-  if (++turns < k_spin_turns) {
-  } else {
-    sched_yield();  // oversubscribed ranks need the core more than this spin does
-  }
+  if (++turns >= k_spin_turns) sched_yield();  // oversubscribed ranks need the core more than this spin does
 }
 
 void progress::thread_main() {

@@ -142,31 +142,21 @@ void transport::post(std::size_t len, int dest) {
 }
 
 void transport::isend_staged(std::size_t len, int dest, int tag) {
-  MPI_Request req;
-  check_mpi(MPI_Isend(t_staging.buffer.get(), static_cast<int>(len), MPI_BYTE, dest, tag, comm_, &req), "MPI_Isend");
-  int done = 0;
-  check_mpi(MPI_Test(&req, &done, MPI_STATUS_IGNORE), "MPI_Test");
-  if (!done) {
-    t_staging.capacity = 0;  // MPI still reads the buffer: it travels with the request
-    keep_inflight(req, std::move(t_staging.buffer));
-  } else if (t_staging.capacity > 4 * inline_max_) {
-    t_staging = staging{};  // do not keep a large frame's buffer for the small ones
-  }
+  t_staging.buffer = isend(std::move(t_staging.buffer), len, dest, tag);
+  // Gone with the request (MPI still reads it), or too large to keep for the small frames.
+  if (!t_staging.buffer || t_staging.capacity > 4 * inline_max_) t_staging = staging{};
 }
 
-void transport::isend(std::unique_ptr<std::byte[]> buffer, std::size_t len, int dest, int tag) {
+std::unique_ptr<std::byte[]> transport::isend(std::unique_ptr<std::byte[]> buffer, std::size_t len, int dest, int tag) {
   MPI_Request req;
   check_mpi(MPI_Isend(buffer.get(), static_cast<int>(len), MPI_BYTE, dest, tag, comm_, &req), "MPI_Isend");
   int done = 0;
   check_mpi(MPI_Test(&req, &done, MPI_STATUS_IGNORE), "MPI_Test");
-  if (done) return;
-  keep_inflight(req, std::move(buffer));
-}
-
-void transport::keep_inflight(MPI_Request req, std::unique_ptr<std::byte[]> buffer) {
+  if (done) return buffer;
   std::lock_guard lk(send_mutex_);
   inflight_.push_back(pending_send{req, std::move(buffer)});
   inflight_count_.fetch_add(1, std::memory_order_release);
+  return nullptr;
 }
 
 void transport::retire_sends() {

@@ -78,8 +78,9 @@ class transport {
   // Sends the frame of `len` bytes in this thread's staging buffer (see transport.cpp).
   void post(std::size_t len, int dest);
   void isend_staged(std::size_t len, int dest, int tag);
-  void isend(std::unique_ptr<std::byte[]> buffer, std::size_t len, int dest, int tag);
-  void keep_inflight(MPI_Request req, std::unique_ptr<std::byte[]> buffer);
+  // Returns the buffer if the send completed at once (free for reuse), nullptr if it travels
+  // with the request on the in-flight list.
+  std::unique_ptr<std::byte[]> isend(std::unique_ptr<std::byte[]> buffer, std::size_t len, int dest, int tag);
   void post_receive(std::size_t slot);
   void retire_sends();
   void deliver(std::span<const std::byte> bytes, int source);

@@ -60,7 +60,6 @@ struct barrier_state final : object {
 
 std::shared_ptr<barrier_state> state_of(std::uint32_t id) { return current().find<barrier_state>(id, kind::barrier); }
 
-
 std::uint64_t list_hash(const std::vector<int>& v) {
   std::uint64_t h = 1469598103934665603ull;
   for (int r : v) h = (h ^ static_cast<std::uint64_t>(r)) * 1099511628211ull;

@@ -69,8 +69,12 @@ void progress::stop_thread() {
 }
 
 bool progress::poll_once(std::size_t max_frames) {
-  std::unique_lock lk(lock_, std::try_to_lock);
-  if (!lk.owns_lock()) return false;
+  // Test before exchanging: a failed exchange would still take the cache line from the holder.
+  if (locked_.load(std::memory_order_relaxed) || locked_.exchange(true, std::memory_order_acquire)) return false;
+  struct release {
+    std::atomic<bool>& flag;
+    ~release() { flag.store(false, std::memory_order_release); }  // also when a handler throws
+  } unlock{locked_};
   return transport_.poll(max_frames) > 0;
 }
 

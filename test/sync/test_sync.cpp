@@ -395,9 +395,11 @@ TEST_CASE("work stack: LIFO order at the manager, termination with an empty stac
     for (int i = 0; i < 5; ++i) st.push_value(i);
     b.arrive_and_wait();
     b.arrive_and_wait();
-    for (int i = 4; i >= 0; --i) CHECK(st.pop_value<int>() == i);  // others wait: only the manager pops
+    for (int i = 4; i >= 0; --i) CHECK(st.pop_value<int>() == i);
+    b.arrive_and_wait();  // only now do the others pop: a pop request arriving earlier would get an item
     CHECK_FALSE(st.pop_value<int>().has_value());
   } else {
+    b.arrive_and_wait();
     b.arrive_and_wait();
     b.arrive_and_wait();
     CHECK_FALSE(st.pop().has_value());  // terminates once rank 0 waits on the empty stack

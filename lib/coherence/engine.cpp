@@ -62,10 +62,12 @@ vector_time engine::known_vt(int peer) {
 // ---- intervals -------------------------------------------------------------------------------
 
 bool engine::close_interval_locked() {
+  if (!any_dirty_.load(std::memory_order_acquire)) return false;
   std::vector<std::uint32_t> units;
   {
     std::lock_guard lk(dirty_mutex_);
     units.swap(dirty_);
+    any_dirty_.store(false, std::memory_order_relaxed);
   }
   if (units.empty()) return false;
   std::sort(units.begin(), units.end());
@@ -106,6 +108,7 @@ bool engine::close_interval_locked() {
   if (!kept.empty()) {
     std::lock_guard lk(dirty_mutex_);
     dirty_.insert(dirty_.end(), kept.begin(), kept.end());
+    any_dirty_.store(true, std::memory_order_release);
   }
   if (written.empty()) return false;
   last_closed_.store(index, std::memory_order_relaxed);

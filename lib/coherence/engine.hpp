@@ -168,6 +168,11 @@ class engine {
 
   std::mutex dirty_mutex_;
   std::vector<std::uint32_t> dirty_;
+  // !dirty_.empty(), written under dirty_mutex_ (release) and read without it, so closing an
+  // interval in which nothing was written (every RELEASE of a pure message protocol) takes no
+  // lock. A write fault on the releasing thread sets it before the release (program order); one
+  // on another thread concurrent with the release belongs to either interval, as with the lock.
+  std::atomic<bool> any_dirty_{false};
   const std::uint8_t hot_intervals_;             // region_config::hot_intervals
   std::atomic<std::uint32_t> last_closed_{0};  // index of this rank's newest closed interval
 

@@ -74,6 +74,7 @@ void engine::make_writable_locked(std::uint32_t u, page_entry& pe) {
     pe.dirty = true;
     std::lock_guard lk(dirty_mutex_);
     dirty_.push_back(u);
+    any_dirty_.store(true, std::memory_order_release);
   }
   set_prot_locked(u, pe, os::prot::read_write);
 }

@@ -97,15 +97,21 @@ handler_id endpoint::register_handler(std::string_view name, handler_fn fn) {
   return id;
 }
 
-void endpoint::send(int dest, handler_id h, std::span<const std::byte> payload, annotation a) {
+void endpoint::reject_send(int dest, handler_id h, annotation a) const {
   check_dest(dest, "send");
   if (static_cast<unsigned>(a) >= k_annotations)
     detail::fail(MDSM_ERR_INVALID_ANNOTATION, "send: annotation ", static_cast<unsigned>(a),
                  " is not NONE, REQUEST, RELEASE or RELEASE_NT");
-  if (entry(h) == nullptr)
-    detail::fail(MDSM_ERR_UNKNOWN_HANDLER, "send: handler id ", h, " was never registered (", published_.load(),
-                 " handlers exist)");
+  detail::fail(MDSM_ERR_UNKNOWN_HANDLER, "send: handler id ", h, " was never registered (", published_.load(),
+               " handlers exist)");
+}
+
+void endpoint::send(int dest, handler_id h, std::span<const std::byte> payload, annotation a) {
   const unsigned ai = static_cast<unsigned>(a);
+  // One test for the three ways a send can be wrong; reject_send says which.
+  if (static_cast<unsigned>(dest) >= static_cast<unsigned>(transport_.size()) || ai >= k_annotations ||
+      h >= published_.load(std::memory_order_acquire)) [[unlikely]]
+    reject_send(dest, h, a);
   stats::add(stats::by_annotation(stats::counter::msgs_sent_none, ai));
   stats::add(stats::by_annotation(stats::counter::payload_bytes_sent_none, ai), payload.size());
   const auto header = net::make_header(net::channel::messages, h, transport_.rank(), static_cast<std::uint8_t>(ai));

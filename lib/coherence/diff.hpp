@@ -15,9 +15,9 @@
 //
 // Unlike the run-length encoding it replaced (`u32 offset, u32 length, bytes` per run), its cost
 // does not depend on how the changes are scattered: making it is one compare of page and twin plus
-// a compress of each changed 64-byte group (AVX-512 vpcompressd), applying it one expand and
-// masked store per group, and it is smaller for scattered changes (10% of a page's words
-// changed at random: 544 bytes instead of 1128).
+// a gather of each changed block's words (AVX-512: vpcompressb of the word indices, vpermt2d),
+// applying it one expand and masked store per group, and it is smaller for scattered changes (10%
+// of a page's words changed at random: 544 bytes instead of 1128).
 #pragma once
 
 #include <cstddef>
@@ -25,18 +25,33 @@
 #include <cstdlib>
 #include <memory>
 #include <span>
+#include <utility>
 
 namespace mdsm::coherence {
 
-// An encoded diff's bytes: one malloc'd block, never zero-filled first.
+// An encoded diff's bytes: inside one malloc'd block (not necessarily at its start: a dense diff
+// keeps the buffer it was made in, where the data area is 64-byte aligned), never zero-filled first.
 class diff_bytes {
  public:
   diff_bytes() = default;
-  const std::byte* data() const noexcept { return data_.get(); }
+  // A moved-from diff_bytes is empty (it must not keep pointing into the block it gave away).
+  diff_bytes(diff_bytes&& o) noexcept
+      : block_(std::move(o.block_)),
+        data_(std::exchange(o.data_, nullptr)),
+        size_(std::exchange(o.size_, 0)),
+        capacity_(std::exchange(o.capacity_, 0)) {}
+  diff_bytes& operator=(diff_bytes&& o) noexcept {
+    block_ = std::move(o.block_);
+    data_ = std::exchange(o.data_, nullptr);
+    size_ = std::exchange(o.size_, 0);
+    capacity_ = std::exchange(o.capacity_, 0);
+    return *this;
+  }
+  const std::byte* data() const noexcept { return data_; }
   std::size_t size() const noexcept { return size_; }
   bool empty() const noexcept { return size_ == 0; }
   std::size_t capacity() const noexcept { return capacity_; }  // bytes held (metadata accounting)
-  operator std::span<const std::byte>() const noexcept { return {data_.get(), size_}; }
+  operator std::span<const std::byte>() const noexcept { return {data_, size_}; }
   std::span<const std::byte> bytes() const noexcept { return *this; }
 
  private:
@@ -44,7 +59,8 @@ class diff_bytes {
   struct free_deleter {
     void operator()(std::byte* p) const noexcept { std::free(p); }
   };
-  std::unique_ptr<std::byte, free_deleter> data_;
+  std::unique_ptr<std::byte, free_deleter> block_;  // the allocation, capacity_ bytes
+  const std::byte* data_ = nullptr;                 // the encoding, inside block_
   std::size_t size_ = 0;
   std::size_t capacity_ = 0;
 };
@@ -77,7 +93,7 @@ std::size_t diff_words(std::span<const std::byte> encoded, std::size_t len);
 void copy_unit(std::byte* dst, const std::byte* src, std::size_t len);
 
 // Which instruction set make_diff / apply_diff / copy_unit use (chosen once at load: the widest
-// the CPU has). Tests force each supported one in turn; not for concurrent use.
+// the CPU has; avx512 means AVX-512 F, BW, VBMI and VBMI2, as on Ice Lake and Zen 4). Tests force each supported one in turn; not for concurrent use.
 enum class diff_isa { scalar, avx2, avx512 };
 bool diff_isa_supported(diff_isa isa);
 diff_isa diff_isa_in_use();

@@ -13,6 +13,7 @@
 #include <bit>
 #include <cstring>
 #include <random>
+#include <thread>
 #include <vector>
 
 using namespace mdsm::coherence;
@@ -252,6 +253,107 @@ TEST_CASE("diffs of units that are not a multiple of 64 words, and of large unit
       }
     }
   }
+}
+
+TEST_CASE("every number of changed words per block matches the reference", "[unit][diff]") {
+  // AVX-512 copies blocks of up to four changed words word by word and gathers larger ones 16
+  // words per round, so every count from 1 to 64 crosses some path boundary.
+  const std::size_t n = 4096;
+  const auto twin = page_of(n, 21);
+  std::mt19937 rng(5);
+  for (diff_isa isa : isas()) {
+    INFO(isa_name(isa));
+    isa_scope use(isa);
+    for (std::size_t count = 1; count <= 64; ++count) {
+      INFO(count << " words per block");
+      std::vector<std::size_t> pat;
+      for (std::size_t b = 0; b < n / 256; ++b) {
+        std::vector<std::size_t> words(64);
+        for (std::size_t i = 0; i < 64; ++i) words[i] = 64 * b + i;
+        std::shuffle(words.begin(), words.end(), rng);
+        const std::size_t k = b % 3 == 0 ? count : (count + b) % 65;  // neighbours of other counts
+        pat.insert(pat.end(), words.begin(), words.begin() + static_cast<std::ptrdiff_t>(k));
+      }
+      const auto page = flipped(twin, pat);
+      const auto d = make_diff(page.data(), twin.data(), n);
+      REQUIRE(bytes_of(d) == reference_diff(page, twin));
+      REQUIRE(diff_words(d, n) == pat.size());
+      REQUIRE(d.capacity() >= d.size());
+      auto rebuilt = twin;
+      apply_diff(rebuilt.data(), n, d);
+      REQUIRE(rebuilt == page);
+    }
+  }
+}
+
+TEST_CASE("dense diffs in a row each keep their own bytes; a moved-from diff is empty", "[unit][diff]") {
+  // A dense diff keeps the buffer it was made in (its encoding need not start at the buffer's
+  // start), so the next diff must be made in a new one.
+  const std::size_t n = 4096;
+  const auto twin = page_of(n, 8);
+  std::vector<std::size_t> all(n / 4);
+  for (std::size_t w = 0; w < all.size(); ++w) all[w] = w;
+  const auto page1 = flipped(twin, all);
+  auto page2 = page1;
+  put_u32(page2, 5, 12345);
+  for (diff_isa isa : isas()) {
+    INFO(isa_name(isa));
+    isa_scope use(isa);
+    auto d1 = make_diff(page1.data(), twin.data(), n);
+    const auto d2 = make_diff(page2.data(), twin.data(), n);
+    REQUIRE(d1.data() != d2.data());
+    CHECK(bytes_of(d1) == reference_diff(page1, twin));
+    CHECK(bytes_of(d2) == reference_diff(page2, twin));
+    CHECK(d1.capacity() >= d1.size());
+    CHECK(d1.capacity() < 2 * d1.size());  // footprint() stays close to the bytes it holds
+    const auto size1 = d1.size();
+    diff_bytes moved = std::move(d1);
+    CHECK(moved.size() == size1);
+    CHECK(d1.empty());  // the moved-from state is what is tested
+    CHECK(d1.data() == nullptr);
+    CHECK(d1.capacity() == 0);
+    auto rebuilt = twin;
+    apply_diff(rebuilt.data(), n, moved);
+    CHECK(rebuilt == page1);
+  }
+}
+
+TEST_CASE("diffs made on several threads stay intact and are freed on another", "[unit][diff]") {
+  // make_diff's buffers are per thread; diffs outlive the call and are freed by whoever drops
+  // the last reference (the GC, on another thread).
+  const std::size_t n = 4096;
+  const auto twin = page_of(n, 13);
+  std::vector<std::vector<std::byte>> pages;
+  for (unsigned k = 0; k < 8; ++k) {
+    std::vector<std::size_t> pat;
+    for (std::size_t w = k; w < n / 4; w += 1 + k * k) pat.push_back(w);  // every word .. sparse
+    pages.push_back(flipped(twin, pat));
+  }
+  constexpr int k_threads = 4, k_rounds = 200;
+  std::vector<std::vector<diff_bytes>> made(k_threads);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < k_threads; ++t)
+    threads.emplace_back([&, t] {
+      for (int r = 0; r < k_rounds; ++r) {
+        const auto& page = pages[static_cast<std::size_t>(t + r) % pages.size()];
+        made[static_cast<std::size_t>(t)].push_back(make_diff(page.data(), twin.data(), n));
+      }
+    });
+  for (auto& th : threads) th.join();
+  int wrong = 0;  // counted on the freeing thread: Catch2's assertions are for the test's thread
+  std::thread freer([&] {
+    for (int t = 0; t < k_threads; ++t)
+      for (int r = 0; r < k_rounds; ++r) {
+        const auto& page = pages[static_cast<std::size_t>(t + r) % pages.size()];
+        auto& d = made[static_cast<std::size_t>(t)][static_cast<std::size_t>(r)];
+        auto rebuilt = twin;
+        apply_diff(rebuilt.data(), n, d);
+        wrong += rebuilt != page;
+        d = diff_bytes();  // frees it here
+      }
+  });
+  freer.join();
+  CHECK(wrong == 0);
 }
 
 TEST_CASE("diffs never read or write outside the unit and the encoding", "[unit][diff]") {

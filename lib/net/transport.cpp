@@ -78,10 +78,10 @@ void transport::set_handler(channel c, frame_handler fn, void* ctx) {
 }
 
 namespace {
-// Frames are assembled in a per-thread staging buffer and sent from it. MPI_Isend of a small
-// frame almost always completes at once (the bytes are copied out); only if it does not does
-// the buffer go to the in-flight list, and the thread takes a fresh one next time. So the
-// common send allocates nothing.
+// Frames are assembled in a per-thread staging buffer and sent from it: up to k_eager_send_max
+// with MPI_Send (the buffer is free again when it returns), above with MPI_Isend, which almost
+// always completes at once too; only if it does not does the buffer go to the in-flight list,
+// and the thread takes a fresh one next time. So the common send allocates nothing.
 struct staging {
   std::unique_ptr<std::byte[]> buffer;
   std::size_t capacity = 0;

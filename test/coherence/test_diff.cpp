@@ -73,6 +73,17 @@ std::vector<std::byte> reference_diff(const std::vector<std::byte>& page, const 
   out.insert(out.end(), data.begin(), data.end());
   return out;
 }
+
+// Makes the diff of `page` against `twin`, requires it to be the reference encoding and to rebuild
+// the page when applied to the twin, and returns it for further checks.
+diff_bytes require_round_trip(const std::vector<std::byte>& page, const std::vector<std::byte>& twin) {
+  auto d = make_diff(page.data(), twin.data(), page.size());
+  REQUIRE(bytes_of(d) == reference_diff(page, twin));
+  auto rebuilt = twin;
+  apply_diff(rebuilt.data(), rebuilt.size(), d);
+  REQUIRE(rebuilt == page);
+  return d;
+}
 std::vector<std::byte> flipped(const std::vector<std::byte>& twin, const std::vector<std::size_t>& words) {
   auto page = twin;
   for (std::size_t w : words) {
@@ -106,11 +117,7 @@ TEST_CASE("diff round trip reproduces the page for many change patterns", "[unit
       for (int i = 0; i < changes; ++i) put_u32(page, rng() % (n / 4), static_cast<std::uint32_t>(rng()) | 1u);
       if (trial % 7 == 0) put_u32(page, 0, ~*reinterpret_cast<std::uint32_t*>(twin.data()));             // first word
       if (trial % 11 == 0) put_u32(page, n / 4 - 1, ~*reinterpret_cast<std::uint32_t*>(twin.data() + n - 4));  // last
-      auto d = make_diff(page.data(), twin.data(), n);
-      REQUIRE(bytes_of(d) == reference_diff(page, twin));
-      auto rebuilt = twin;
-      apply_diff(rebuilt.data(), n, d);
-      REQUIRE(rebuilt == page);
+      require_round_trip(page, twin);
     }
   }
 }
@@ -218,12 +225,8 @@ TEST_CASE("diff edge cases match the word-by-word reference", "[unit][diff]") {
     isa_scope use(isa);
     for (const auto& pat : patterns) {
       const auto page = flipped(twin, pat);
-      const auto d = make_diff(page.data(), twin.data(), n);
-      REQUIRE(bytes_of(d) == reference_diff(page, twin));
+      const auto d = require_round_trip(page, twin);
       REQUIRE(diff_words(d, n) == std::vector<std::size_t>(pat).size());
-      auto rebuilt = twin;
-      apply_diff(rebuilt.data(), n, d);
-      REQUIRE(rebuilt == page);
     }
     CHECK(make_diff(flipped(twin, all).data(), twin.data(), n).size() == 8 + 16 * 8 + n);
   }
@@ -245,11 +248,7 @@ TEST_CASE("diffs of units that are not a multiple of 64 words, and of large unit
         for (std::size_t i = 0; i < k; ++i) pat.push_back(trial % 10 == 9 ? i : rng() % words);
         if (trial % 5 == 0) pat.push_back(words - 1);
         const auto page = flipped(twin, pat);
-        const auto d = make_diff(page.data(), twin.data(), n);
-        REQUIRE(bytes_of(d) == reference_diff(page, twin));
-        auto rebuilt = twin;
-        apply_diff(rebuilt.data(), n, d);
-        REQUIRE(rebuilt == page);
+        require_round_trip(page, twin);
       }
     }
   }
@@ -275,13 +274,9 @@ TEST_CASE("every number of changed words per block matches the reference", "[uni
         pat.insert(pat.end(), words.begin(), words.begin() + static_cast<std::ptrdiff_t>(k));
       }
       const auto page = flipped(twin, pat);
-      const auto d = make_diff(page.data(), twin.data(), n);
-      REQUIRE(bytes_of(d) == reference_diff(page, twin));
+      const auto d = require_round_trip(page, twin);
       REQUIRE(diff_words(d, n) == pat.size());
       REQUIRE(d.capacity() >= d.size());
-      auto rebuilt = twin;
-      apply_diff(rebuilt.data(), n, d);
-      REQUIRE(rebuilt == page);
     }
   }
 }

@@ -86,6 +86,9 @@ mdsm_status mdsm_poll(void);
 /* Drives progress until done(context) returns nonzero. */
 mdsm_status mdsm_wait_until(int (*done)(void* context), void* context);
 int mdsm_in_handler(void);
+/* Pauses / resumes this rank's progress thread; see mdsm::pause_progress_thread in mdsm.hpp. */
+mdsm_status mdsm_pause_progress_thread(void);
+mdsm_status mdsm_resume_progress_thread(void);
 
 /* ---- the coherent region --------------------------------------------------------------------- */
 
@@ -144,6 +147,8 @@ size_t mdsm_stat_count(void);
 const char* mdsm_stat_name(size_t index); /* NULL past the end */
 mdsm_status mdsm_stat(const char* name, uint64_t* value);
 mdsm_status mdsm_stats_reset(void);
+/* Nonzero turns the time counters (handler_ns, wait_ns) on; see mdsm::set_statistics_timing. */
+mdsm_status mdsm_set_stats_timing(int on);
 
 #ifdef __cplusplus
 }

@@ -153,6 +153,8 @@ mdsm_status mdsm_wait_until(int (*done)(void*), void* context) {
 }
 
 int mdsm_in_handler(void) { return mdsm::in_handler() ? 1 : 0; }
+mdsm_status mdsm_pause_progress_thread(void) { return guarded([] { mdsm::pause_progress_thread(); }); }
+mdsm_status mdsm_resume_progress_thread(void) { return guarded([] { mdsm::resume_progress_thread(); }); }
 
 mdsm_status mdsm_alloc(size_t bytes, void** ptr) {
   if (ptr == nullptr) return null_arg("ptr");
@@ -197,5 +199,6 @@ mdsm_status mdsm_stat(const char* name, uint64_t* value) {
 }
 
 mdsm_status mdsm_stats_reset(void) { return guarded([] { mdsm::statistics_reset(); }); }
+mdsm_status mdsm_set_stats_timing(int on) { return guarded([&] { mdsm::set_statistics_timing(on != 0); }); }
 
 }  // extern "C"

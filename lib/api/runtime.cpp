@@ -79,6 +79,9 @@ void init(MPI_Comm comm, const options& opts) {
   r->stats_spec = detail::env_string("MDSM_STATS").value_or("");
   r->gc_threshold = detail::env_size("MDSM_GC_THRESHOLD", std::uint64_t{64} << 20);
   stats::check_spec(r->stats_spec);
+  // The clocks behind handler_ns and wait_ns run when a report was asked for, or on request.
+  const bool report = !r->stats_spec.empty() && r->stats_spec != "0";
+  stats::g_timing.store(detail::env_uint("MDSM_STATS_TIMING", report ? 1 : 0) != 0, std::memory_order_relaxed);
 
   coherence::region_config region;
   if (opts.coherent_size != 0) region.size = opts.coherent_size;
@@ -177,6 +180,19 @@ void poll() {
   r.engine->wait_all_acquires();
 }
 
+namespace {
+void set_progress_paused(bool paused, const char* what) {
+  detail::runtime& r = detail::rt();
+  if (const char* h = net::current_handler())
+    detail::fail(MDSM_ERR_HANDLER_CONTEXT, what, " is for application threads and was called from message handler '",
+                 h, "'");
+  r.progress->set_paused(paused);
+}
+}  // namespace
+
+void pause_progress_thread() { set_progress_paused(true, "pause_progress_thread"); }
+void resume_progress_thread() { set_progress_paused(false, "resume_progress_thread"); }
+
 void wait_until(const std::function<bool()>& done) {
   if (!done) detail::fail(MDSM_ERR_INVALID_ARGUMENT, "wait_until: empty predicate");
   detail::wait_until_ref([](void* ctx) { return (*static_cast<const std::function<bool()>*>(ctx))(); },
@@ -236,6 +252,11 @@ std::map<std::string, std::uint64_t> statistics_total() {
 void statistics_reset() {
   detail::rt();
   stats::reset();
+}
+
+void set_statistics_timing(bool on) {
+  detail::rt();
+  stats::g_timing.store(on, std::memory_order_relaxed);
 }
 
 }  // namespace mdsm

@@ -37,13 +37,18 @@ progress_config progress_config::from_env(progress_config d) {
   d.spin_ns = detail::env_uint("MDSM_PROGRESS_SPIN_US", d.spin_ns / 1000) * 1000;
   d.sleep_min_ns = detail::env_uint("MDSM_PROGRESS_SLEEP_MIN_US", d.sleep_min_ns / 1000) * 1000;
   d.sleep_max_ns = detail::env_uint("MDSM_PROGRESS_SLEEP_MAX_US", d.sleep_max_ns / 1000) * 1000;
+  d.park_max_ns = detail::env_uint("MDSM_PROGRESS_PARK_MAX_US", d.park_max_ns / 1000) * 1000;
   d.pin = detail::env_uint("MDSM_PROGRESS_PIN", d.pin ? 1 : 0) != 0;
   if (d.sleep_min_ns == 0) d.sleep_min_ns = 1000;
   if (d.sleep_max_ns < d.sleep_min_ns) d.sleep_max_ns = d.sleep_min_ns;
+  if (d.park_max_ns < d.sleep_max_ns) d.park_max_ns = d.sleep_max_ns;
   return d;
 }
 
-progress::progress(transport& t, progress_config cfg) : transport_(t), cfg_(cfg) {}
+progress::progress(transport& t, progress_config cfg)
+    : transport_(t),
+      cfg_(cfg),
+      long_wait_ticks_(static_cast<std::uint64_t>(static_cast<double>(cfg.sleep_max_ns) / stats::ns_per_tick())) {}
 
 progress::~progress() { stop_thread(); }
 
@@ -68,6 +73,14 @@ void progress::stop_thread() {
   thread_.join();
 }
 
+void progress::set_paused(bool paused) {
+  {
+    std::lock_guard lk(park_mutex_);
+    paused_.store(paused, std::memory_order_release);
+  }
+  park_cv_.notify_all();
+}
+
 bool progress::poll_once(std::size_t max_frames) {
   // Test before exchanging: a failed exchange would still take the cache line from the holder.
   if (locked_.load(std::memory_order_relaxed) || locked_.exchange(true, std::memory_order_acquire)) return false;
@@ -88,22 +101,54 @@ void progress::enter_wait() {
   if (hooks_.block) hooks_.block(hooks_.ctx);
 }
 
-void progress::leave_wait(std::uint64_t start_ticks) {
-  stats::add(stats::counter::wait_ns, stats::ticks() - start_ticks);
-  // No wake-up call: a futex wake per wait would cost more than a small-message round trip. The
-  // parked progress thread notices within one nap (at most sleep_max) that nobody waits.
-  app_waiters_.fetch_sub(1, std::memory_order_acq_rel);
+void progress::leave_wait(const waiter_guard& w) {
+  if (w.start_ != 0) stats::add(stats::counter::wait_ns, stats::ticks() - w.start_);
+  // A short wait leaves without a wake-up call (a futex wake per wait would cost more than a
+  // small-message round trip); the parked thread notices within its nap. A long one wakes it:
+  // the application is likely to compute now, and the call is small against the wait.
+  // seq_cst here and in park(): either this thread sees parked_ or park() sees the decrement.
+  if (app_waiters_.fetch_sub(1, std::memory_order_seq_cst) == 1 && w.long_ && parked_.load(std::memory_order_seq_cst)) {
+    { std::lock_guard lk(park_mutex_); }  // the thread is in wait_for, or will see app_waiters_ == 0
+    park_cv_.notify_all();
+  }
   if (hooks_.wake) hooks_.wake(hooks_.ctx);
 }
 
-void progress::idle(unsigned& turns) {
+void progress::idle(unsigned& turns, waiter_guard& w) {
   if (hooks_.idle) {
     hooks_.idle(hooks_.ctx);
+  } else if (++turns >= k_spin_turns) {
+    // No pause between turns: a turn already spends ~100 ns inside MPI, and a pause would only
+    // delay noticing the frame a waiter waits for. Past the spin, yield: oversubscribed ranks
+    // need the core more than this spin does.
+    sched_yield();
+  } else {
     return;
   }
-  // No pause between turns: a turn already spends ~100 ns inside MPI, and a pause would only
-  // delay noticing the frame a waiter waits for.
-  if (++turns >= k_spin_turns) sched_yield();  // oversubscribed ranks need the core more than this spin does
+  // Only yielding turns read the clock, so a wait answered within the spin pays nothing for this.
+  if (w.long_) return;
+  const std::uint64_t now = stats::ticks();
+  if (w.idle_since_ == 0) w.idle_since_ = now;
+  else if (now - w.idle_since_ >= long_wait_ticks_) w.long_ = true;
+}
+
+void progress::park(std::uint64_t& nap_ns) {
+  std::unique_lock lk(park_mutex_);
+  parked_.store(true, std::memory_order_seq_cst);
+  const auto stand_aside = [this] {
+    return app_waiters_.load(std::memory_order_seq_cst) > 0 || paused_.load(std::memory_order_acquire);
+  };
+  while (!stop_.load(std::memory_order_acquire) && stand_aside()) {
+    if (paused_.load(std::memory_order_acquire)) {
+      park_cv_.wait(lk);
+      continue;
+    }
+    // Woken by the timeout with an application thread still waiting: a communication phase, in
+    // which every wake-up only costs the application its core. Nap longer next time.
+    if (!park_cv_.wait_for(lk, std::chrono::nanoseconds(nap_ns), [&] { return stop_.load() || !stand_aside(); }))
+      nap_ns = std::min(nap_ns * 2, cfg_.park_max_ns);
+  }
+  parked_.store(false, std::memory_order_relaxed);
 }
 
 void progress::thread_main() {
@@ -118,13 +163,11 @@ void progress::thread_main() {
   const std::uint64_t spin_ns = dedicated || cfg_.spin_explicit ? cfg_.spin_ns : 0;
   std::uint64_t idle_since = now_ns();
   std::uint64_t nap = cfg_.sleep_min_ns;
+  std::uint64_t park_nap = cfg_.sleep_max_ns;
   while (!stop_.load(std::memory_order_acquire)) {
-    if (app_waiters_.load(std::memory_order_acquire) > 0) {
-      // An application thread is polling for itself: stand aside until it is done.
-      std::unique_lock lk(park_mutex_);
-      park_cv_.wait_for(lk, std::chrono::nanoseconds(cfg_.sleep_max_ns), [this] {
-        return stop_.load(std::memory_order_acquire) || app_waiters_.load(std::memory_order_acquire) == 0;
-      });
+    if (app_waiters_.load(std::memory_order_acquire) > 0 || paused_.load(std::memory_order_acquire)) {
+      // An application thread is polling for itself (or the program paused us): stand aside.
+      park(park_nap);
       idle_since = now_ns();
       nap = cfg_.sleep_min_ns;
       continue;
@@ -138,6 +181,7 @@ void progress::thread_main() {
     if (delivered) {
       idle_since = now_ns();
       nap = cfg_.sleep_min_ns;
+      park_nap = cfg_.sleep_max_ns;  // the application computes while messages arrive
       continue;
     }
     if (now_ns() - idle_since < spin_ns) {

@@ -8,13 +8,22 @@
 //     arrives again. It is pinned with hwloc to a spare hardware thread where one exists.
 //   * an application thread waiting inside mdsm (wait_until): it polls directly, so a blocked
 //     wait is never slowed by the sleep policy; while any application thread waits, the
-//     progress thread stands aside (parked, re-checking every `sleep_max`) instead of competing
-//     for the lock and the core.
+//     progress thread stands aside (parked) instead of competing for the lock and the core.
 // Holding the lock is what makes handlers on one rank run one at a time.
+//
+// Parking. Where the progress thread shares a core with the application (no spare hardware
+// thread), every wake-up of it costs the application thread on that core a context switch;
+// measured on our 2-core VMs, a sibling thread waking every 200 us slows an MPI ping-pong by
+// 10-35%, one waking every 50 us by up to 2x. So a parked thread wakes rarely: its nap starts at
+// `sleep_max` and doubles, up to `park_max` (default 2 ms), each time it wakes to find an
+// application thread still waiting (a communication phase: nothing for it to do). A wait that
+// lasted `sleep_max` or longer wakes it on the way out (one futex call, small against such a
+// wait), so it resumes at once after a barrier or lock wait; after a short wait it resumes
+// within its current nap. It never wakes at all while paused (set_paused).
 //
 // Knobs (environment overrides the init options): MDSM_PROGRESS_THREAD (1/0),
 // MDSM_PROGRESS_SPIN_US, MDSM_PROGRESS_SLEEP_MIN_US, MDSM_PROGRESS_SLEEP_MAX_US,
-// MDSM_PROGRESS_PIN (1/0). See docs/RUNNING.md.
+// MDSM_PROGRESS_PARK_MAX_US, MDSM_PROGRESS_PIN (1/0). See docs/RUNNING.md.
 //
 // Upcalls: wait_until reports `block` when a wait begins, `idle` on every turn of the wait loop
 // (a user-level scheduler switches to another thread there instead of spinning) and `wake` when
@@ -39,6 +48,7 @@ struct progress_config {
   bool spin_explicit = false;      // MDSM_PROGRESS_SPIN_US was set
   std::uint64_t sleep_min_ns = 2'000;
   std::uint64_t sleep_max_ns = 200'000;
+  std::uint64_t park_max_ns = 2'000'000;  // longest nap while an application thread waits
   bool pin = true;
   int local_rank = 0;
   int local_size = 1;
@@ -77,6 +87,9 @@ class progress {
 
   void start_thread();
   void stop_thread();
+  // Pauses (true) or resumes (false) the progress thread. Paused, it sleeps without waking until
+  // resumed; frames are then delivered only while an application thread waits or polls.
+  void set_paused(bool paused);
   const std::string& pinning() const noexcept { return pinning_; }
 
   // Blocks the calling thread until done() returns true, delivering incoming frames meanwhile.
@@ -91,7 +104,7 @@ class progress {
     while (!done()) {
       // One frame per turn: the condition is checked after every frame, so a waiter leaves as
       // soon as the frame it waits for has been handled.
-      if (!poll_once(1)) idle(idle_turns);
+      if (!poll_once(1)) idle(idle_turns, guard);
       else idle_turns = 0;
     }
   }
@@ -105,16 +118,19 @@ class progress {
 
  private:
   struct waiter_guard {
-    explicit waiter_guard(progress& p) : p_(p), start_(stats::ticks()) {}
-    ~waiter_guard() { p_.leave_wait(start_); }
+    explicit waiter_guard(progress& p) : p_(p), start_(stats::timing() ? stats::ticks() : 0) {}
+    ~waiter_guard() { p_.leave_wait(*this); }
     progress& p_;
-    std::uint64_t start_;
+    std::uint64_t start_;          // for wait_ns; 0 when timing is off
+    std::uint64_t idle_since_ = 0;  // first yielding turn
+    bool long_ = false;  // idle for sleep_max or more: wake the parked progress thread on leaving
   };
   static std::uint64_t now_ns() noexcept;
   void enter_wait();
-  void leave_wait(std::uint64_t start_ticks);
-  void idle(unsigned& turns);
+  void leave_wait(const waiter_guard& w);
+  void idle(unsigned& turns, waiter_guard& w);
   void thread_main();
+  void park(std::uint64_t& nap_ns);
 
   transport& transport_;
   progress_config cfg_;
@@ -125,6 +141,9 @@ class progress {
   std::atomic<bool> locked_{false};
   std::atomic<int> app_waiters_{0};
   std::atomic<bool> stop_{false};
+  std::atomic<bool> paused_{false};
+  std::atomic<bool> parked_{false};  // the thread sleeps in park(); set and cleared under park_mutex_
+  std::uint64_t long_wait_ticks_;    // sleep_max in ticks
   std::mutex park_mutex_;
   std::condition_variable park_cv_;
   std::thread thread_;

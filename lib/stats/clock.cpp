@@ -34,6 +34,7 @@ std::uint64_t steady_ns() noexcept {
 }  // namespace
 
 const bool g_tsc_invariant = tsc_invariant();
+std::atomic<bool> g_timing{false};
 
 namespace {
 // The reference pair the rate is measured from. Initialized after g_tsc_invariant (same

@@ -6,6 +6,7 @@
 
 namespace mdsm::stats {
 
+
 namespace storage {
 thread_local block* t_block = nullptr;
 std::array<std::atomic<std::uint64_t>, k_counters> g_shared{};

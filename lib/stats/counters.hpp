@@ -127,11 +127,13 @@ bool is_gauge(counter c);
 // Zeroes every counter except gauges (which describe memory held now); peaks restart at the gauge.
 void reset();
 
-// Adds the elapsed time of its scope to a `time` counter.
+// Adds the elapsed time of its scope to a `time` counter, when timing() is on.
 class scoped_timer {
  public:
-  explicit scoped_timer(counter c) : c_(c), start_(ticks()) {}
-  ~scoped_timer() { add(c_, ticks() - start_); }
+  explicit scoped_timer(counter c) : c_(c), start_(timing() ? ticks() : 0) {}
+  ~scoped_timer() {
+    if (start_ != 0) add(c_, ticks() - start_);
+  }
   scoped_timer(const scoped_timer&) = delete;
   scoped_timer& operator=(const scoped_timer&) = delete;
 

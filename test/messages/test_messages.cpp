@@ -3,6 +3,8 @@
 #include "support/session.hpp"
 
 #include <atomic>
+#include <chrono>
+#include <thread>
 #include <cstring>
 #include <mutex>
 #include <vector>
@@ -213,4 +215,49 @@ TEST_CASE("stored messages are accepted and forwarded later from the application
   CHECK(finals.load() == 0);
   std::lock_guard lk(mu);
   kept.clear();
+}
+
+TEST_CASE("a paused progress thread delivers nothing; resumed, it delivers while the application computes",
+          "[mpi][progress][np2+]") {
+  session s;
+  const int me = mdsm::rank();
+  std::atomic<int> got{0}, pause_code{0};
+  auto h = mdsm::register_handler("test.paused", [&](mdsm::message& m) {
+    try {
+      mdsm::pause_progress_thread();
+    } catch (const mdsm::error& e) {
+      pause_code = e.code();
+    }
+    got += m.as<int>();
+  });
+  if (me == 0) mdsm::pause_progress_thread();
+  world_barrier();
+  if (me == 1) {
+    mdsm::send_value(0, h, 1, annotation::none);
+    int token = 0;
+    MPI_Send(&token, 1, MPI_INT, 0, 99, MPI_COMM_WORLD);
+  }
+  if (me == 0) {
+    // Compute without entering mdsm: only the progress thread could deliver now.
+    int token = 0;
+    MPI_Recv(&token, 1, MPI_INT, 1, 99, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // 500 naps of an unpaused thread
+    CHECK(got.load() == 0);
+    mdsm::resume_progress_thread();
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (got.load() == 0 && std::chrono::steady_clock::now() < give_up) std::this_thread::yield();
+    CHECK(got.load() == 1);  // delivered by the resumed thread, not by us
+    // Paused, a wait still delivers: the waiting thread polls for itself.
+    mdsm::pause_progress_thread();
+    MPI_Send(&token, 1, MPI_INT, 1, 98, MPI_COMM_WORLD);
+    mdsm::wait_until([&] { return got.load() == 11; });
+    mdsm::resume_progress_thread();
+    CHECK(pause_code.load() == MDSM_ERR_HANDLER_CONTEXT);  // handlers may not pause it
+  }
+  if (me == 1) {
+    int token = 0;
+    MPI_Recv(&token, 1, MPI_INT, 0, 98, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    mdsm::send_value(0, h, 10, annotation::none);
+  }
+  world_barrier();
 }

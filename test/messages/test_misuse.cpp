@@ -164,6 +164,7 @@ TEST_CASE("C API: status codes, mdsm_strerror and mdsm_last_error", "[mpi][misus
   int r = 0;
   CHECK(mdsm_rank(&r) == MDSM_ERR_NOT_INITIALIZED);
   CHECK(std::string(mdsm_last_error()).find("init") != std::string::npos);
+  CHECK(mdsm_pause_progress_thread() == MDSM_ERR_NOT_INITIALIZED);
   REQUIRE(mdsm_init_comm(MPI_COMM_WORLD, nullptr) == MDSM_SUCCESS);
   CHECK(mdsm_init_comm(MPI_COMM_WORLD, nullptr) == MDSM_ERR_ALREADY_INITIALIZED);
   int n = 0;
@@ -182,6 +183,8 @@ TEST_CASE("C API: status codes, mdsm_strerror and mdsm_last_error", "[mpi][misus
   CHECK(mdsm_alloc(0, &p) == MDSM_ERR_INVALID_ARGUMENT);
   int local = 0;
   CHECK(mdsm_free(&local) == MDSM_ERR_NOT_IN_REGION);
+  CHECK(mdsm_pause_progress_thread() == MDSM_SUCCESS);
+  CHECK(mdsm_resume_progress_thread() == MDSM_SUCCESS);
   // Every code has its own description; unknown codes are described, not crashed on.
   for (int c = MDSM_SUCCESS; c <= MDSM_ERR_OS; ++c) {
     const char* text = mdsm_strerror(static_cast<mdsm_status>(c));

@@ -115,10 +115,14 @@ void endpoint::send(int dest, handler_id h, std::span<const std::byte> payload, 
   stats::add(stats::by_annotation(stats::counter::msgs_sent_none, ai));
   stats::add(stats::by_annotation(stats::counter::payload_bytes_sent_none, ai), payload.size());
   const auto header = net::make_header(net::channel::messages, h, transport_.rank(), static_cast<std::uint8_t>(ai));
-  if (a == annotation::none) {  // nothing attached: the cost of a plain MPI message
-    transport_.send(dest, header, payload, {});
-    return;
-  }
+  if (a == annotation::none) [[likely]]  // nothing attached: the cost of a plain MPI message
+    return transport_.send(dest, header, payload, {});
+  send_annotated(dest, header, payload, a);
+}
+
+// Out of line, so the NONE path above stays a small function (few registers to save).
+void endpoint::send_annotated(int dest, const net::frame_header& header, std::span<const std::byte> payload,
+                              annotation a) {
   thread_local net::byte_writer cinfo;
   cinfo.clear();
   switch (a) {
@@ -126,7 +130,7 @@ void endpoint::send(int dest, handler_id h, std::span<const std::byte> payload, 
     case annotation::release: engine_.encode_release(dest, true, cinfo); break;
     default: engine_.encode_release(dest, false, cinfo); break;
   }
-  stats::add(stats::by_annotation(stats::counter::cinfo_bytes_sent_none, ai), cinfo.size());
+  stats::add(stats::by_annotation(stats::counter::cinfo_bytes_sent_none, static_cast<unsigned>(a)), cinfo.size());
   transport_.send(dest, header, payload, cinfo.bytes());
 }
 

@@ -83,6 +83,8 @@ class endpoint {
   static void on_frame(void* ctx, const net::inbound_frame& f);
   void deliver(const net::inbound_frame& f);
   void check_dest(int dest, const char* what) const;
+  [[gnu::noinline]] void send_annotated(int dest, const net::frame_header& header, std::span<const std::byte> payload,
+                                        annotation a);
   [[noreturn]] void reject_send(int dest, handler_id h, annotation a) const;  // a send that failed the checks
 
   net::transport& transport_;

@@ -18,14 +18,21 @@ constexpr std::size_t k_ring_slots = 16;
 // Frames up to this size are sent with MPI_Send. Open MPI's eager limits (vader 4 KiB, tcp
 // 64 KiB, self 128 KiB) and MPICH's are all larger, so such a send completes locally.
 constexpr std::size_t k_eager_send_max = 1024;
+// Frames up to this size are assembled on the sender's stack (MPI_Send is done with the buffer
+// when it returns): no staging buffer to look up, and the bytes are in L1 when MPI copies them.
+constexpr std::size_t k_stack_frame_max = 256;
 constexpr std::uint64_t k_frame_limit = std::numeric_limits<int>::max();  // MPI counts are int
 
-void check_mpi(int rc, const char* what) {
-  if (rc == MPI_SUCCESS) return;
+[[noreturn, gnu::noinline, gnu::cold]] void mpi_failed(int rc, const char* what) {
   char text[MPI_MAX_ERROR_STRING];
   int len = 0;
   MPI_Error_string(rc, text, &len);
   detail::fail(MDSM_ERR_MPI, what, " failed: ", std::string(text, static_cast<std::size_t>(len)));
+}
+
+inline void check_mpi(int rc, const char* what) {
+  if (rc != MPI_SUCCESS) [[unlikely]]
+    mpi_failed(rc, what);
 }
 
 void report_malformed(int rank, int source, const char* why) {
@@ -44,6 +51,7 @@ transport::transport(MPI_Comm base, std::size_t inline_max) : inline_max_(inline
   MPI_Comm_set_errhandler(coll_comm_, MPI_ERRORS_RETURN);
   MPI_Comm_rank(comm_, &rank_);
   MPI_Comm_size(comm_, &size_);
+  sent_base_ = stats::get_since_load(stats::counter::frames_sent);
   ring_buffers_.resize(k_ring_slots);
   ring_requests_.resize(k_ring_slots);
   for (auto& b : ring_buffers_) b = std::make_unique<std::byte[]>(inline_max_);
@@ -104,6 +112,13 @@ void transport::send(int dest, frame_header h, std::span<const std::byte> payloa
                  " bytes; split it");
   h.payload_len = static_cast<std::uint32_t>(payload.size());
   h.cinfo_len = static_cast<std::uint32_t>(cinfo.size());
+  if (len <= k_stack_frame_max) {
+    alignas(16) std::byte frame[k_stack_frame_max];
+    std::memcpy(frame, &h, sizeof h);
+    if (!payload.empty()) std::memcpy(frame + sizeof h, payload.data(), payload.size());
+    if (!cinfo.empty()) std::memcpy(frame + sizeof h + payload.size(), cinfo.data(), cinfo.size());
+    return send_eager(frame, len, dest);
+  }
   std::byte* buffer = t_staging.get(len, inline_max_);
   std::memcpy(buffer, &h, sizeof h);
   if (!payload.empty()) std::memcpy(buffer + sizeof h, payload.data(), payload.size());
@@ -117,24 +132,30 @@ void transport::send_frame(int dest, std::span<const std::byte> frame) {
   post(frame.size(), dest);
 }
 
+std::uint64_t transport::frames_sent() const {
+  return stats::get_since_load(stats::counter::frames_sent) - sent_base_;
+}
+
 void transport::send_raw_for_test(int dest, std::span<const std::byte> bytes) {
   auto buffer = std::make_unique_for_overwrite<std::byte[]>(bytes.size());
   std::memcpy(buffer.get(), bytes.data(), bytes.size());
-  sent_.fetch_add(1, std::memory_order_relaxed);
+  stats::add(stats::counter::frames_sent);
   isend(std::move(buffer), bytes.size(), dest, k_ring_tag);
 }
 
-void transport::post(std::size_t len, int dest) {
+void transport::send_eager(const std::byte* frame, std::size_t len, int dest) {
   stats::add(stats::counter::frames_sent);
   stats::add(stats::counter::frame_bytes_sent, len);
-  sent_.fetch_add(1, std::memory_order_relaxed);
-  if (len <= k_eager_send_max) {
-    // Blocking send, but it never waits for the receiver: a frame this small goes eagerly (the
-    // bytes are copied out and MPI_Send returns), so handlers may send. Against MPI_Isend +
-    // MPI_Test it saves the request and the test, a sixth of a small message's cost.
-    check_mpi(MPI_Send(t_staging.buffer.get(), static_cast<int>(len), MPI_BYTE, dest, k_ring_tag, comm_), "MPI_Send");
-    return;
-  }
+  // Blocking send, but it never waits for the receiver: a frame this small goes eagerly (the
+  // bytes are copied out and MPI_Send returns), so handlers may send. Against MPI_Isend +
+  // MPI_Test it saves the request and the test, a sixth of a small message's cost.
+  check_mpi(MPI_Send(frame, static_cast<int>(len), MPI_BYTE, dest, k_ring_tag, comm_), "MPI_Send");
+}
+
+void transport::post(std::size_t len, int dest) {
+  if (len <= k_eager_send_max) return send_eager(t_staging.buffer.get(), len, dest);
+  stats::add(stats::counter::frames_sent);
+  stats::add(stats::counter::frame_bytes_sent, len);
   if (len <= inline_max_) {
     isend_staged(len, dest, k_ring_tag);
     return;

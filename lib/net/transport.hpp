@@ -67,7 +67,8 @@ class transport {
   std::size_t poll(std::size_t max_frames);
 
   // Frames this rank has sent / received so far (termination detection at finalize).
-  std::uint64_t frames_sent() const noexcept { return sent_.load(std::memory_order_relaxed); }
+  // Not for hot paths (sums the per-thread statistics).
+  std::uint64_t frames_sent() const;
   std::uint64_t frames_received() const noexcept { return received_; }
 
  private:
@@ -77,6 +78,7 @@ class transport {
   };
   // Sends the frame of `len` bytes in this thread's staging buffer (see transport.cpp).
   void post(std::size_t len, int dest);
+  void send_eager(const std::byte* frame, std::size_t len, int dest);
   void isend_staged(std::size_t len, int dest, int tag);
   // Returns the buffer if the send completed at once (free for reuse), nullptr if it travels
   // with the request on the in-flight list.
@@ -112,7 +114,9 @@ class transport {
   std::atomic<std::size_t> inflight_count_{0};
   // Serialises a large frame's announcement and body so two threads cannot interleave them.
   std::mutex large_mutex_;
-  std::atomic<std::uint64_t> sent_{0};
+  // The frames_sent statistic when this transport was made: frames are counted per thread (an
+  // atomic shared by all senders would cost every send a locked add).
+  std::uint64_t sent_base_ = 0;
 };
 
 }  // namespace mdsm::net

@@ -113,6 +113,11 @@ std::uint64_t get(counter c) {
   return k_entries[i].ticks ? static_cast<std::uint64_t>(static_cast<double>(v) * ns_per_tick()) : v;
 }
 
+std::uint64_t get_since_load(counter c) {
+  std::lock_guard lk(g_registry_mutex);
+  return total_locked(static_cast<unsigned>(c));
+}
+
 void reset() {
   std::lock_guard lk(g_registry_mutex);
   for (unsigned i = 0; i < k_counters; ++i) {

@@ -118,6 +118,9 @@ inline void gauge_add(counter gauge, std::int64_t delta) {
 // The current value (since the last reset): the sum over threads for counts, the shared value
 // for gauges and peaks. Not for hot paths (takes the registry lock).
 std::uint64_t get(counter c);
+// A count since the library was loaded, untouched by reset() (for protocol bookkeeping such as
+// termination detection, which must not depend on what the user resets). Not for hot paths.
+std::uint64_t get_since_load(counter c);
 
 std::string_view name(counter c);
 std::optional<counter> find(std::string_view name);

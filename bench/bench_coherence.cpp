@@ -27,6 +27,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <random>
 #include <string>
 #include <thread>
@@ -263,16 +264,24 @@ void mpi_round_trip(benchmark::State& state) {
 
 // ---- (b) diffs (rank 0 only) ------------------------------------------------------------------
 
+// Laid out as in real use: the page page-aligned (as in the coherent region), the twin in the
+// engine's own twin buffer (cache-line aligned). memcmp and memcpy get the same layout.
 struct page_pair {
-  std::vector<std::uint32_t> twin, page;
-  explicit page_pair(int percent) : twin(k_words), page(k_words) {
+  struct page_delete {
+    void operator()(std::uint32_t* p) const noexcept { std::free(p); }
+  };
+  std::unique_ptr<std::uint32_t, page_delete> page_{static_cast<std::uint32_t*>(std::aligned_alloc(k_page, k_page))};
+  mdsm::coherence::unit_buffer twin_ = mdsm::coherence::make_unit_buffer(k_page);
+  explicit page_pair(int percent) {
     std::mt19937 rng(7);
-    for (auto& w : twin) w = static_cast<std::uint32_t>(rng());
-    page = twin;
-    for (std::size_t w : changed_words(percent)) page[w] = ~page[w];
+    for (std::size_t i = 0; i < k_words; ++i) twin()[i] = static_cast<std::uint32_t>(rng());
+    std::memcpy(page(), twin(), k_page);
+    for (std::size_t w : changed_words(percent)) page()[w] = ~page()[w];
   }
-  const std::byte* p() const { return reinterpret_cast<const std::byte*>(page.data()); }
-  const std::byte* t() const { return reinterpret_cast<const std::byte*>(twin.data()); }
+  std::uint32_t* page() const { return page_.get(); }
+  std::uint32_t* twin() const { return reinterpret_cast<std::uint32_t*>(twin_.get()); }
+  const std::byte* p() const { return reinterpret_cast<const std::byte*>(page()); }
+  const std::byte* t() const { return twin_.get(); }
 };
 
 template <class F>
@@ -297,28 +306,27 @@ void diff_apply(benchmark::State& state) {
   const int percent = static_cast<int>(state.range(0));
   page_pair pp(percent);
   const auto d = mdsm::coherence::make_diff(pp.p(), pp.t(), k_page);
-  std::vector<std::uint32_t> target = pp.twin;
+  page_pair target(0);  // a page holding the twin's words
   timed_loop(state, "diff_apply/" + std::to_string(percent) + "pct", [&] {
-    mdsm::coherence::apply_diff(reinterpret_cast<std::byte*>(target.data()), k_page, d);
+    mdsm::coherence::apply_diff(reinterpret_cast<std::byte*>(target.page()), k_page, d);
     benchmark::ClobberMemory();
   });
-  if (target != pp.page) state.SkipWithError("applying the diff did not reproduce the page");
+  if (std::memcmp(target.page(), pp.page(), k_page) != 0)
+    state.SkipWithError("applying the diff did not reproduce the page");
 }
 
 void page_memcmp(benchmark::State& state) {
-  page_pair pp(0);
-  std::vector<std::uint32_t> same = pp.twin;
+  page_pair pp(0);  // page and twin hold the same words
   timed_loop(state, "memcmp", [&] {
-    benchmark::DoNotOptimize(std::memcmp(same.data(), pp.twin.data(), k_page));
+    benchmark::DoNotOptimize(std::memcmp(pp.p(), pp.t(), k_page));
     benchmark::ClobberMemory();
   });
 }
 
 void page_memcpy(benchmark::State& state) {
   page_pair pp(0);
-  std::vector<std::uint32_t> dst(k_words);
   timed_loop(state, "memcpy", [&] {
-    std::memcpy(dst.data(), pp.twin.data(), k_page);
+    std::memcpy(pp.page(), pp.t(), k_page);
     benchmark::ClobberMemory();
   });
 }

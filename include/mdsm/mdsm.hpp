@@ -214,7 +214,7 @@ bool in_handler() noexcept;
 // poll). Use it around phases of plain MPI communication or of computation during which no other
 // rank needs an answer from this one -- while paused, a remote lock request, queue operation or
 // page/diff request to this rank waits until it enters mdsm. Not nested: one resume undoes any
-// number of pauses. Application threads only.
+// number of pauses. Pausing takes effect before the call returns. Application threads only.
 void pause_progress_thread();
 void resume_progress_thread();
 

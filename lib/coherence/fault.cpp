@@ -65,7 +65,7 @@ void engine::make_writable_locked(std::uint32_t u, page_entry& pe) {
       pe.own.back().interval == last_closed_.load(std::memory_order_relaxed))
     pe.keep_writable = hot_intervals_;
   if (!pe.twin) {
-    pe.twin = std::make_unique_for_overwrite<std::byte[]>(region_.unit());
+    pe.twin = make_unit_buffer(region_.unit());
     copy_unit(pe.twin.get(), region_.lib_unit(u), region_.unit());
     stats::add(stats::counter::twins_created);
     add_metadata(static_cast<std::int64_t>(region_.unit()));

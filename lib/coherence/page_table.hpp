@@ -47,7 +47,7 @@ struct page_entry {
   std::uint8_t keep_writable = 0;
   bool fetching = false;           // a thread is fetching this unit's diffs or copy
   std::uint32_t fetch_generation = 0;
-  std::unique_ptr<std::byte[]> twin;
+  unit_buffer twin;
   std::vector<record_ptr> pending;        // other ranks' write notices not yet applied
   // This rank's write notices (until collected), in increasing interval order. The ones still
   // awaiting the twin form a suffix (a diff ends the wait of all of them at once), and each diff

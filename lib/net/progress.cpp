@@ -76,9 +76,24 @@ void progress::stop_thread() {
 void progress::set_paused(bool paused) {
   {
     std::lock_guard lk(park_mutex_);
-    paused_.store(paused, std::memory_order_release);
+    paused_.store(paused, std::memory_order_seq_cst);
   }
   park_cv_.notify_all();
+  // Pausing takes effect before this returns: the thread may have looked at paused_ just before
+  // the store and be about to poll. It re-checks paused_ once it holds the progress lock
+  // (poll_as_thread), so after the lock has been seen free once, it delivers nothing more.
+  if (paused)
+    while (locked_.load(std::memory_order_seq_cst)) cpu_relax();
+}
+
+bool progress::poll_as_thread() {
+  if (locked_.load(std::memory_order_relaxed) || locked_.exchange(true, std::memory_order_seq_cst)) return false;
+  struct release {
+    std::atomic<bool>& flag;
+    ~release() { flag.store(false, std::memory_order_release); }
+  } unlock{locked_};
+  if (paused_.load(std::memory_order_seq_cst)) return false;  // see set_paused
+  return transport_.poll(k_batch) > 0;
 }
 
 bool progress::poll_once(std::size_t max_frames) {
@@ -174,7 +189,7 @@ void progress::thread_main() {
     }
     bool delivered = false;
     try {
-      delivered = poll_once(k_batch);
+      delivered = poll_as_thread();
     } catch (const error& e) {
       detail::defer_error(e);
     }

@@ -131,6 +131,7 @@ class progress {
   void idle(unsigned& turns, waiter_guard& w);
   void thread_main();
   void park(std::uint64_t& nap_ns);
+  bool poll_as_thread();  // the progress thread's poll_once: delivers nothing once paused
 
   transport& transport_;
   progress_config cfg_;

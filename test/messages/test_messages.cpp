@@ -232,14 +232,16 @@ TEST_CASE("a paused progress thread delivers nothing; resumed, it delivers while
   });
   if (me == 0) mdsm::pause_progress_thread();
   world_barrier();
+  // Rank 1 sends only once rank 0 has left the barrier (whose wait delivers frames itself).
+  int token = 0;
+  if (me == 0) MPI_Send(&token, 1, MPI_INT, 1, 97, MPI_COMM_WORLD);
   if (me == 1) {
+    MPI_Recv(&token, 1, MPI_INT, 0, 97, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
     mdsm::send_value(0, h, 1, annotation::none);
-    int token = 0;
     MPI_Send(&token, 1, MPI_INT, 0, 99, MPI_COMM_WORLD);
   }
   if (me == 0) {
     // Compute without entering mdsm: only the progress thread could deliver now.
-    int token = 0;
     MPI_Recv(&token, 1, MPI_INT, 1, 99, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
     std::this_thread::sleep_for(std::chrono::milliseconds(100));  // 500 naps of an unpaused thread
     CHECK(got.load() == 0);
@@ -255,7 +257,6 @@ TEST_CASE("a paused progress thread delivers nothing; resumed, it delivers while
     CHECK(pause_code.load() == MDSM_ERR_HANDLER_CONTEXT);  // handlers may not pause it
   }
   if (me == 1) {
-    int token = 0;
     MPI_Recv(&token, 1, MPI_INT, 0, 98, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
     mdsm::send_value(0, h, 10, annotation::none);
   }

@@ -239,18 +239,6 @@ bool engine::carried_covers_locked(const release_info& info) const {
   return i == rs.size();
 }
 
-namespace {
-// What begin_acquire returns for an acquire that completed at once.
-const acquire_ptr& completed_acquire() {
-  static const acquire_ptr done = [] {
-    auto a = std::make_shared<acquire_state>();
-    a->done.store(true);
-    return a;
-  }();
-  return done;
-}
-}  // namespace
-
 bool engine::apply_if_covered_locked(release_info& info) {
   if (!carried_covers_locked(info)) return false;
   if (!info.records.empty()) apply_batch_locked(std::move(info.records));
@@ -260,7 +248,7 @@ bool engine::apply_if_covered_locked(release_info& info) {
 acquire_ptr engine::begin_acquire(release_info&& info) {
   {
     std::lock_guard lk(meta_);
-    if (apply_if_covered_locked(info)) return completed_acquire();
+    if (apply_if_covered_locked(info)) return nullptr;  // complete: nothing to share
   }
   std::vector<release_info> one;
   one.push_back(std::move(info));
@@ -276,7 +264,7 @@ acquire_ptr engine::begin_acquire(std::vector<release_info> infos) {
     // (each a complete batch); the rest are pooled, so none fetches what another brings.
     std::size_t done = 0;
     while (done < infos.size() && apply_if_covered_locked(infos[done])) ++done;
-    if (done == infos.size()) return completed_acquire();
+    if (done == infos.size()) return nullptr;
     a = std::make_shared<acquire_state>();
     a->infos.assign(std::make_move_iterator(infos.begin() + static_cast<std::ptrdiff_t>(done)),
                     std::make_move_iterator(infos.end()));
@@ -376,6 +364,7 @@ void engine::send_interval_request(int origin, const std::vector<std::uint32_t>&
 }
 
 void engine::wait_acquire(const acquire_ptr& a) {
+  if (a == nullptr) return;  // completed when it began
   progress_.wait_until([&] { return a->done.load(std::memory_order_acquire); });
 }
 

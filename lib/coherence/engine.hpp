@@ -19,6 +19,7 @@
 #include "coherence/page_table.hpp"
 #include "coherence/protection_batch.hpp"
 #include "coherence/region_map.hpp"
+#include "common/spin_mutex.hpp"
 #include "net/progress.hpp"
 #include "net/transport.hpp"
 #include "os/fault.hpp"
@@ -76,6 +77,7 @@ class engine {
   // The same for one message. When the records it carries complete what this rank knows up to
   // the required time (the common case: an un-forwarded RELEASE), they are applied at once
   // without allocating an acquire.
+  // Both return nullptr for an acquire that completed at once (wait_acquire accepts it).
   acquire_ptr begin_acquire(release_info&& info);
   // Application thread: waits until the acquire is complete.
   void wait_acquire(const acquire_ptr& a);
@@ -160,7 +162,7 @@ class engine {
   region_map region_;
   page_table pages_;
 
-  mutable std::mutex meta_;
+  mutable detail::spin_mutex meta_;
   vector_time vt_;
   interval_store store_;
   std::vector<vector_time> known_;  // known_[p]: newest vector time learned of (or sent to) p

@@ -203,7 +203,7 @@ void detail::wait_until_ref(bool (*done)(void*), void* ctx) {
   if (done == nullptr) detail::fail(MDSM_ERR_INVALID_ARGUMENT, "wait_until: empty predicate");
   detail::runtime& r = detail::rt_blocking("wait_until");
   r.progress->wait_until([&] { return done(ctx) || detail::g_has_deferred.load(std::memory_order_acquire); });
-  r.engine->wait_all_acquires();
+  if (!r.engine->all_acquires_done()) r.engine->wait_all_acquires();
   detail::rethrow_deferred();
 }
 

@@ -14,7 +14,6 @@
 namespace mdsm::net {
 
 namespace {
-thread_local const char* t_current_handler = nullptr;
 
 // Idle turns of a wait loop spent spinning before each further turn yields the core.
 constexpr unsigned k_spin_turns = 64;
@@ -26,10 +25,7 @@ inline void cpu_relax() {
 }
 }  // namespace
 
-const char* current_handler() noexcept { return t_current_handler; }
-
-handler_scope::handler_scope(const char* name) noexcept : previous_(t_current_handler) { t_current_handler = name; }
-handler_scope::~handler_scope() { t_current_handler = previous_; }
+thread_local const char* t_current_handler = nullptr;
 
 progress_config progress_config::from_env(progress_config d) {
   d.thread = detail::env_uint("MDSM_PROGRESS_THREAD", d.thread ? 1 : 0) != 0;

@@ -143,17 +143,19 @@ void engine::encode_release(int dest, bool transitive, net::byte_writer& out) {
   const std::size_t count_at = out.reserve_slot<std::uint32_t>();
   std::uint32_t count = 0;
   if (dest != rank_) {
-    vector_time& k = known_[static_cast<std::size_t>(dest)];
+    std::uint32_t* known = known_[static_cast<std::size_t>(dest)].data();
+    const std::uint32_t* now = vt_.data();
     for (std::uint32_t c = 0; c < static_cast<std::uint32_t>(size_); ++c) {
       if (!transitive && c != static_cast<std::uint32_t>(rank_)) continue;
-      const std::uint32_t from = std::max(k[c], store_.collected_through(c));
-      for (std::uint32_t i = from + 1; i <= vt_[c]; ++i) {
+      if (known[c] >= now[c]) continue;  // dest has all of c's intervals: the common case
+      const std::uint32_t from = std::max(known[c], store_.collected_through(c));
+      for (std::uint32_t i = from + 1; i <= now[c]; ++i) {
         store_.find(c, i)->encode(out);
         ++count;
       }
       // Assume dest will know these; if the message is forwarded or stored instead, the final
       // receiver finds the gap from the required vector time and fetches it from us.
-      k[c] = std::max(k[c], vt_[c]);
+      known[c] = now[c];
     }
   }
   out.fill_slot(count_at, count);

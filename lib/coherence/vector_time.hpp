@@ -44,6 +44,9 @@ class vector_time {
   }
 
   std::size_t size() const noexcept { return n_; }
+  // The size() entries, for loops that should not re-decide inline-or-heap on every access.
+  const std::uint32_t* data() const noexcept { return heap_ ? heap_.get() : inline_; }
+  std::uint32_t* data() noexcept { return heap_ ? heap_.get() : inline_; }
   std::uint32_t operator[](std::size_t r) const { return data()[r]; }
   std::uint32_t& operator[](std::size_t r) { return data()[r]; }
 
@@ -98,8 +101,6 @@ class vector_time {
   // Up to k_inline ranks the entries live inside the object: vector times are made and copied
   // on every RELEASE, and most jobs on a node or a few nodes fit.
   static constexpr std::size_t k_inline = 8;
-  const std::uint32_t* data() const noexcept { return heap_ ? heap_.get() : inline_; }
-  std::uint32_t* data() noexcept { return heap_ ? heap_.get() : inline_; }
   std::size_t bytes() const noexcept { return n_ * sizeof(std::uint32_t); }
 
   std::size_t n_ = 0;

@@ -60,6 +60,7 @@ class engine {
   engine& operator=(const engine&) = delete;
 
   // ---- annotations (used by lib/messages) ----------------------------------------------
+  // Both append to `out` (which may already hold the frame's header and payload).
   // REQUEST: this rank's vector time.
   void encode_request(net::byte_writer& out);
   // RELEASE / RELEASE_NT: closes the current interval (if anything was written), then writes

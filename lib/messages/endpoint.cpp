@@ -4,6 +4,8 @@
 #include "common/deferred.hpp"
 #include "stats/counters.hpp"
 
+#include <limits>
+
 namespace mdsm {
 
 namespace detail {
@@ -120,18 +122,30 @@ void endpoint::send(int dest, handler_id h, std::span<const std::byte> payload, 
   send_annotated(dest, header, payload, a);
 }
 
-// Out of line, so the NONE path above stays a small function (few registers to save).
+// Out of line, so the NONE path above stays a small function (few registers to save). The
+// frame is assembled in place -- header, payload, then the consistency information the engine
+// appends -- and sent from there, without a second copy.
 void endpoint::send_annotated(int dest, const net::frame_header& header, std::span<const std::byte> payload,
                               annotation a) {
-  thread_local net::byte_writer cinfo;
-  cinfo.clear();
+  thread_local net::byte_writer frame;
+  frame.clear();
+  const std::size_t header_at = frame.reserve_slot<net::frame_header>();
+  frame.put_bytes(payload);
+  const std::size_t cinfo_at = frame.size();
   switch (a) {
-    case annotation::request: engine_.encode_request(cinfo); break;
-    case annotation::release: engine_.encode_release(dest, true, cinfo); break;
-    default: engine_.encode_release(dest, false, cinfo); break;
+    case annotation::request: engine_.encode_request(frame); break;
+    case annotation::release: engine_.encode_release(dest, true, frame); break;
+    default: engine_.encode_release(dest, false, frame); break;
   }
-  stats::add(stats::by_annotation(stats::counter::cinfo_bytes_sent_none, static_cast<unsigned>(a)), cinfo.size());
-  transport_.send(dest, header, payload, cinfo.bytes());
+  const std::size_t cinfo_len = frame.size() - cinfo_at;
+  if (frame.size() > std::numeric_limits<std::int32_t>::max()) [[unlikely]]
+    detail::fail(MDSM_ERR_INVALID_ARGUMENT, "a message of ", frame.size(), " bytes exceeds the frame limit; split it");
+  stats::add(stats::by_annotation(stats::counter::cinfo_bytes_sent_none, static_cast<unsigned>(a)), cinfo_len);
+  net::frame_header h = header;
+  h.payload_len = static_cast<std::uint32_t>(payload.size());
+  h.cinfo_len = static_cast<std::uint32_t>(cinfo_len);
+  frame.fill_slot(header_at, h);
+  transport_.send_frame(dest, frame.bytes());
 }
 
 void endpoint::on_frame(void* ctx, const net::inbound_frame& f) { static_cast<endpoint*>(ctx)->deliver(f); }

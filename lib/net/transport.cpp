@@ -128,6 +128,7 @@ void transport::send(int dest, frame_header h, std::span<const std::byte> payloa
 
 void transport::send_frame(int dest, std::span<const std::byte> frame) {
   MDSM_ASSERT(dest >= 0 && dest < size_, "send to a rank out of range");
+  if (frame.size() <= k_eager_send_max) return send_eager(frame.data(), frame.size(), dest);  // no copy
   std::memcpy(t_staging.get(frame.size(), inline_max_), frame.data(), frame.size());
   post(frame.size(), dest);
 }

@@ -56,7 +56,9 @@ class transport {
   // Asynchronous: returns once the bytes are copied. Pre: 0 <= dest < size().
   void send(int dest, frame_header h, std::span<const std::byte> payload, std::span<const std::byte> cinfo);
 
-  // Sends an already assembled frame unchanged (forwarding). Pre: 0 <= dest < size().
+  // Sends an already assembled frame unchanged (forwarding, or a frame built in place). Small
+  // frames go straight from `frame`, larger ones through a copy. Pre: 0 <= dest < size(), the
+  // header's lengths match frame.size().
   void send_frame(int dest, std::span<const std::byte> frame);
 
   // Test hook: sends arbitrary bytes into dest's receive ring, as a corrupt peer would.

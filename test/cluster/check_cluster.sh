@@ -10,10 +10,25 @@ src=$2
 cluster=${MDSM_NETNS_CLUSTER:-$src/../shared/cluster/netns-cluster}
 if [[ $(id -u) -ne 0 ]]; then echo "skip: needs root for network namespaces"; exit 77; fi
 if [[ ! -x $cluster ]]; then echo "skip: no netns-cluster at $cluster (set MDSM_NETNS_CLUSTER)"; exit 77; fi
+# netns-cluster's own `down` forgets hosts whose state file an aborted run lost; a namespace
+# h1..h4 or bridge left behind that way makes `up` fail. Clear them and try once more.
+clear_stale() {
+  for h in h1 h2 h3 h4; do
+    if ip netns list 2>/dev/null | grep -qw "^$h"; then
+      echo "removing network namespace $h left behind by an earlier run"
+      ip netns del "$h" 2>/dev/null || true
+    fi
+  done
+  ip link del mdsmbr0 2>/dev/null || true
+}
 if ! "$cluster" up 4; then
   "$cluster" down >/dev/null 2>&1
-  echo "skip: could not create network namespaces here"
-  exit 77
+  clear_stale
+  if ! "$cluster" up 4; then
+    "$cluster" down >/dev/null 2>&1
+    echo "skip: could not create network namespaces here"
+    exit 77
+  fi
 fi
 
 status=0

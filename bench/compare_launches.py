@@ -1,0 +1,108 @@
+#!/usr/bin/python3
+"""Compares builds (or settings) of an interleaved benchmark over many launches.
+
+On the 2-core VMs one launch of bench_messages or bench_sync measures one machine state: the
+same binary's ratios move by several hundredths from launch to launch, more than most single
+changes. This runs the benchmark N times per variant, alternating the variants launch by launch
+(A, B, A, B, ...), reads the ratio column of the table bench_report.hpp prints, and reports
+each variant's median ratio and range per table row.
+
+A variant is NAME=LIBDIR[:VAR=VALUE,...]: LIBDIR holds the libmdsm.so.0 to load instead of the
+one the binary was linked with (LD_LIBRARY_PATH; '-' keeps the linked one), and the optional
+environment settings apply to that variant only. Copy a build's library aside to compare it
+with another:
+
+    mkdir -p /tmp/old && cp build-rel/lib/libmdsm.so.0 /tmp/old/      # before the change
+    ... rebuild ...
+    /usr/bin/python3 bench/compare_launches.py -n 8 build-rel/bench/bench_messages \\
+        old=/tmp/old new=- nothread=-:MDSM_PROGRESS_THREAD=0
+
+Both variants must be ABI-compatible with the benchmark binary (the benchmark itself is not
+swapped). Launches go through tools/mdsmrun with 2 ranks.
+"""
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def parse_variant(text):
+    name, sep, rest = text.partition("=")
+    if not sep or not name:
+        raise argparse.ArgumentTypeError(f"variant '{text}' is not NAME=LIBDIR[:VAR=VALUE,...]")
+    libdir, _, settings = rest.partition(":")
+    env = {}
+    for item in filter(None, settings.split(",")):
+        key, eq, value = item.partition("=")
+        if not eq:
+            raise argparse.ArgumentTypeError(f"setting '{item}' of variant '{name}' is not VAR=VALUE")
+        env[key] = value
+    if libdir not in ("", "-") and not (Path(libdir) / "libmdsm.so.0").exists():
+        raise argparse.ArgumentTypeError(f"variant '{name}': no libmdsm.so.0 in {libdir}")
+    return name, (None if libdir in ("", "-") else libdir), env
+
+
+def ratios(output):
+    """(group, variant) -> ratio for every non-baseline row of the report table."""
+    rows = {}
+    for line in output.splitlines():
+        fields = line.split()
+        # group variant median fastest runs ratio [target...]
+        if len(fields) >= 6 and fields[5].endswith("x") and fields[2].endswith("us"):
+            try:
+                rows[(fields[0], fields[1])] = float(fields[5][:-1])
+            except ValueError:
+                pass
+    return rows
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("-n", "--launches", type=int, default=6, help="launches per variant (default 6)")
+    ap.add_argument("benchmark", help="benchmark binary, e.g. build-rel/bench/bench_messages")
+    ap.add_argument("variants", nargs="+", type=parse_variant, help="NAME=LIBDIR[:VAR=VALUE,...]")
+    ap.add_argument("--args", default="", help="extra arguments for the benchmark")
+    args = ap.parse_args()
+
+    runner = str(ROOT / "tools" / "mdsmrun")
+    results = {name: {} for name, _, _ in args.variants}
+    for launch in range(args.launches):
+        for name, libdir, extra in args.variants:
+            env = dict(os.environ)
+            env.update(extra)
+            cmd = [runner, "-n", "2"]
+            for key in extra:
+                cmd += ["-x", key]
+            if libdir:
+                env["LD_LIBRARY_PATH"] = libdir + (":" + env["LD_LIBRARY_PATH"] if env.get("LD_LIBRARY_PATH") else "")
+                cmd += ["-x", "LD_LIBRARY_PATH"]
+            cmd += [args.benchmark] + args.args.split()
+            done = subprocess.run(cmd, env=env, capture_output=True, text=True)
+            rows = ratios(done.stdout)
+            if done.returncode != 0 or not rows:
+                sys.stderr.write(done.stdout + done.stderr)
+                sys.exit(f"launch {launch + 1} of variant '{name}' failed (exit {done.returncode})")
+            for key, value in rows.items():
+                results[name].setdefault(key, []).append(value)
+            print(f"launch {launch + 1}/{args.launches} {name}: " +
+                  " ".join(f"{g.split('/')[-1]}/{v}={r:.3f}" for (g, v), r in rows.items()), flush=True)
+
+    print(f"\nmedian ratio over {args.launches} launches [min - max]")
+    keys = list(next(iter(results.values())).keys())
+    width = max(len(f"{g} {v}") for g, v in keys)
+    print(f"{'row':<{width}}  " + "  ".join(f"{name:>22}" for name in results))
+    for key in keys:
+        cells = []
+        for name in results:
+            vals = results[name].get(key, [])
+            cells.append(f"{statistics.median(vals):.3f} [{min(vals):.2f}-{max(vals):.2f}]" if vals else "-")
+        print(f"{key[0] + ' ' + key[1]:<{width}}  " + "  ".join(f"{c:>22}" for c in cells))
+
+
+if __name__ == "__main__":
+    main()

@@ -4,8 +4,6 @@
 #include "common/deferred.hpp"
 #include "stats/counters.hpp"
 
-#include <limits>
-
 namespace mdsm {
 
 namespace detail {
@@ -137,9 +135,7 @@ void endpoint::send_annotated(int dest, const net::frame_header& header, std::sp
     case annotation::release: engine_.encode_release(dest, true, frame); break;
     default: engine_.encode_release(dest, false, frame); break;
   }
-  const std::size_t cinfo_len = frame.size() - cinfo_at;
-  if (frame.size() > std::numeric_limits<std::int32_t>::max()) [[unlikely]]
-    detail::fail(MDSM_ERR_INVALID_ARGUMENT, "a message of ", frame.size(), " bytes exceeds the frame limit; split it");
+  const std::size_t cinfo_len = frame.size() - cinfo_at;  // send_frame checks the frame limit
   stats::add(stats::by_annotation(stats::counter::cinfo_bytes_sent_none, static_cast<unsigned>(a)), cinfo_len);
   net::frame_header h = header;
   h.payload_len = static_cast<std::uint32_t>(payload.size());

@@ -77,28 +77,22 @@ void progress::set_paused(bool paused) {
   park_cv_.notify_all();
   // Pausing takes effect before this returns: the thread may have looked at paused_ just before
   // the store and be about to poll. It re-checks paused_ once it holds the progress lock
-  // (poll_as_thread), so after the lock has been seen free once, it delivers nothing more.
+  // (try_poll), so after the lock has been seen free once, it delivers nothing more.
   if (paused)
     while (locked_.load(std::memory_order_seq_cst)) cpu_relax();
 }
 
-bool progress::poll_as_thread() {
-  if (locked_.load(std::memory_order_relaxed) || locked_.exchange(true, std::memory_order_seq_cst)) return false;
-  struct release {
-    std::atomic<bool>& flag;
-    ~release() { flag.store(false, std::memory_order_release); }
-  } unlock{locked_};
-  if (paused_.load(std::memory_order_seq_cst)) return false;  // see set_paused
-  return transport_.poll(k_batch) > 0;
-}
+bool progress::poll_once(std::size_t max_frames) { return try_poll(max_frames, false); }
 
-bool progress::poll_once(std::size_t max_frames) {
+bool progress::try_poll(std::size_t max_frames, bool unless_paused) {
   // Test before exchanging: a failed exchange would still take the cache line from the holder.
-  if (locked_.load(std::memory_order_relaxed) || locked_.exchange(true, std::memory_order_acquire)) return false;
+  // (seq_cst for set_paused's handshake; on x86 the exchange is the same instruction either way.)
+  if (locked_.load(std::memory_order_relaxed) || locked_.exchange(true, std::memory_order_seq_cst)) return false;
   struct release {
     std::atomic<bool>& flag;
     ~release() { flag.store(false, std::memory_order_release); }  // also when a handler throws
   } unlock{locked_};
+  if (unless_paused && paused_.load(std::memory_order_seq_cst)) return false;  // see set_paused
   return transport_.poll(max_frames) > 0;
 }
 
@@ -146,9 +140,6 @@ void progress::idle(unsigned& turns, waiter_guard& w) {
 void progress::park(std::uint64_t& nap_ns) {
   std::unique_lock lk(park_mutex_);
   parked_.store(true, std::memory_order_seq_cst);
-  const auto stand_aside = [this] {
-    return app_waiters_.load(std::memory_order_seq_cst) > 0 || paused_.load(std::memory_order_acquire);
-  };
   while (!stop_.load(std::memory_order_acquire) && stand_aside()) {
     if (paused_.load(std::memory_order_acquire)) {
       park_cv_.wait(lk);
@@ -176,8 +167,8 @@ void progress::thread_main() {
   std::uint64_t nap = cfg_.sleep_min_ns;
   std::uint64_t park_nap = cfg_.sleep_max_ns;
   while (!stop_.load(std::memory_order_acquire)) {
-    if (app_waiters_.load(std::memory_order_acquire) > 0 || paused_.load(std::memory_order_acquire)) {
-      // An application thread is polling for itself (or the program paused us): stand aside.
+    if (stand_aside()) {
+      // An application thread is polling for itself (or the program paused us).
       park(park_nap);
       idle_since = now_ns();
       nap = cfg_.sleep_min_ns;
@@ -185,7 +176,7 @@ void progress::thread_main() {
     }
     bool delivered = false;
     try {
-      delivered = poll_as_thread();
+      delivered = try_poll(k_batch, true);
     } catch (const error& e) {
       detail::defer_error(e);
     }

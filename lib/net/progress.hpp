@@ -133,7 +133,13 @@ class progress {
   void idle(unsigned& turns, waiter_guard& w);
   void thread_main();
   void park(std::uint64_t& nap_ns);
-  bool poll_as_thread();  // the progress thread's poll_once: delivers nothing once paused
+  // poll_once; with unless_paused (the progress thread), delivers nothing once paused.
+  bool try_poll(std::size_t max_frames, bool unless_paused);
+  // The progress thread has nothing to do: an application thread polls, or the program paused it.
+  // seq_cst: pairs with leave_wait's decrement (see there).
+  bool stand_aside() const noexcept {
+    return app_waiters_.load(std::memory_order_seq_cst) > 0 || paused_.load(std::memory_order_acquire);
+  }
 
   transport& transport_;
   progress_config cfg_;

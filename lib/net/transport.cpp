@@ -30,6 +30,12 @@ constexpr std::uint64_t k_frame_limit = std::numeric_limits<int>::max();  // MPI
   detail::fail(MDSM_ERR_MPI, what, " failed: ", std::string(text, static_cast<std::size_t>(len)));
 }
 
+void check_frame_size(std::uint64_t len) {
+  if (len > k_frame_limit) [[unlikely]]
+    detail::fail(MDSM_ERR_INVALID_ARGUMENT, "a message of ", len, " bytes exceeds the frame limit of ", k_frame_limit,
+                 " bytes; split it");
+}
+
 inline void check_mpi(int rc, const char* what) {
   if (rc != MPI_SUCCESS) [[unlikely]]
     mpi_failed(rc, what);
@@ -107,27 +113,22 @@ thread_local staging t_staging;
 void transport::send(int dest, frame_header h, std::span<const std::byte> payload, std::span<const std::byte> cinfo) {
   MDSM_ASSERT(dest >= 0 && dest < size_, "send to a rank out of range");
   const std::uint64_t len = sizeof(frame_header) + payload.size() + cinfo.size();
-  if (len > k_frame_limit)
-    detail::fail(MDSM_ERR_INVALID_ARGUMENT, "a message of ", len, " bytes exceeds the frame limit of ", k_frame_limit,
-                 " bytes; split it");
+  check_frame_size(len);
   h.payload_len = static_cast<std::uint32_t>(payload.size());
   h.cinfo_len = static_cast<std::uint32_t>(cinfo.size());
-  if (len <= k_stack_frame_max) {
-    alignas(16) std::byte frame[k_stack_frame_max];
-    std::memcpy(frame, &h, sizeof h);
-    if (!payload.empty()) std::memcpy(frame + sizeof h, payload.data(), payload.size());
-    if (!cinfo.empty()) std::memcpy(frame + sizeof h + payload.size(), cinfo.data(), cinfo.size());
-    return send_eager(frame, len, dest);
-  }
-  std::byte* buffer = t_staging.get(len, inline_max_);
+  alignas(16) std::byte on_stack[k_stack_frame_max];
+  const bool small = len <= k_stack_frame_max;
+  std::byte* const buffer = small ? on_stack : t_staging.get(len, inline_max_);
   std::memcpy(buffer, &h, sizeof h);
   if (!payload.empty()) std::memcpy(buffer + sizeof h, payload.data(), payload.size());
   if (!cinfo.empty()) std::memcpy(buffer + sizeof h + payload.size(), cinfo.data(), cinfo.size());
+  if (small) return send_eager(buffer, len, dest);
   post(len, dest);
 }
 
 void transport::send_frame(int dest, std::span<const std::byte> frame) {
   MDSM_ASSERT(dest >= 0 && dest < size_, "send to a rank out of range");
+  check_frame_size(frame.size());
   if (frame.size() <= k_eager_send_max) return send_eager(frame.data(), frame.size(), dest);  // no copy
   std::memcpy(t_staging.get(frame.size(), inline_max_), frame.data(), frame.size());
   post(frame.size(), dest);

@@ -77,6 +77,15 @@ using handler_fn = std::function<void(message&)>;
 namespace detail {
 struct inbound;
 struct stored;
+// What a message's accessors return, filled in by mdsm before the handler runs (inline, so a
+// handler reads them without a call into the library).
+struct message_fields {
+  int source;
+  int origin;
+  annotation annot;
+  handler_id handler;
+  std::span<const std::byte> payload;
+};
 }  // namespace detail
 
 // Registers a handler under `name`. Collective: every rank registers the same handlers in the
@@ -111,11 +120,11 @@ void send_value(int dest, handler_id h, const T& value, annotation a) {
 // A message, as seen by its handler. Valid only while the handler runs (store() to keep it).
 class message {
  public:
-  int source() const noexcept;  // the rank that delivered it (the last forwarder)
-  int origin() const noexcept;  // the original sender (survives forwarding)
-  annotation annot() const noexcept;
-  handler_id handler() const noexcept;
-  std::span<const std::byte> payload() const noexcept;
+  int source() const noexcept { return f_->source; }  // the rank that delivered it (the last forwarder)
+  int origin() const noexcept { return f_->origin; }  // the original sender (survives forwarding)
+  annotation annot() const noexcept { return f_->annot; }
+  handler_id handler() const noexcept { return f_->handler; }
+  std::span<const std::byte> payload() const noexcept { return f_->payload; }
   // The payload as one T; throws MDSM_ERR_INVALID_ARGUMENT if the size differs.
   template <class T>
   T as() const {
@@ -136,8 +145,9 @@ class message {
 
  private:
   friend struct detail::inbound;
-  explicit message(detail::inbound* in) noexcept : in_(in) {}
+  message(const detail::message_fields* f, detail::inbound* in) noexcept : f_(f), in_(in) {}
   void check_size(std::size_t n) const;
+  const detail::message_fields* f_;
   detail::inbound* in_;
 };
 

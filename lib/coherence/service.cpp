@@ -85,7 +85,7 @@ void engine::encode_pieces_locked(std::uint32_t u, page_entry& pe, const std::ve
 }
 
 void engine::serve_diff_request(const net::inbound_frame& f, bool with_copy) {
-  net::byte_reader in(f.payload);
+  net::byte_reader in(f.payload());
   const auto u = in.get<std::uint32_t>();
   if (u >= region_.units()) net::byte_reader::malformed("request for a unit outside the region");
   std::vector<std::uint32_t> intervals;
@@ -108,7 +108,7 @@ void engine::serve_diff_request(const net::inbound_frame& f, bool with_copy) {
 }
 
 void engine::serve_interval_request(const net::inbound_frame& f) {
-  net::byte_reader in(f.payload);
+  net::byte_reader in(f.payload());
   const auto n = in.get<std::uint32_t>();
   std::vector<std::uint32_t> ranges;
   if (n > in.remaining() / 12) net::byte_reader::malformed("interval request longer than the frame");
@@ -142,10 +142,10 @@ void engine::take_reply(const net::inbound_frame& f) {
     boxes_.erase(it);
   }
   if (box->callback) {
-    box->callback(f.payload, f.source);
+    box->callback(f.payload(), f.source);
     return;
   }
-  box->data.assign(f.payload.begin(), f.payload.end());
+  box->data.assign(f.payload().begin(), f.payload().end());
   box->source = f.source;
   box->ready.store(true, std::memory_order_release);
 }

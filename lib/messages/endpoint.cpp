@@ -112,12 +112,16 @@ void endpoint::send(int dest, handler_id h, std::span<const std::byte> payload, 
   if (static_cast<unsigned>(dest) >= static_cast<unsigned>(transport_.size()) || ai >= k_annotations ||
       h >= published_.load(std::memory_order_acquire)) [[unlikely]]
     reject_send(dest, h, a);
+  if (a == annotation::none) [[likely]] {  // nothing attached: the cost of a plain MPI message
+    stats::storage::block& counts = stats::local();
+    stats::add(counts, stats::counter::msgs_sent_none);
+    stats::add(counts, stats::counter::payload_bytes_sent_none, payload.size());
+    return transport_.send(dest, net::make_header(net::channel::messages, h, transport_.rank()), payload, counts);
+  }
   stats::add(stats::by_annotation(stats::counter::msgs_sent_none, ai));
   stats::add(stats::by_annotation(stats::counter::payload_bytes_sent_none, ai), payload.size());
-  const auto header = net::make_header(net::channel::messages, h, transport_.rank(), static_cast<std::uint8_t>(ai));
-  if (a == annotation::none) [[likely]]  // nothing attached: the cost of a plain MPI message
-    return transport_.send(dest, header, payload, {});
-  send_annotated(dest, header, payload, a);
+  send_annotated(dest, net::make_header(net::channel::messages, h, transport_.rank(), static_cast<std::uint8_t>(ai)),
+                 payload, a);
 }
 
 // Out of line, so the NONE path above stays a small function (few registers to save). The
@@ -144,41 +148,62 @@ void endpoint::send_annotated(int dest, const net::frame_header& header, std::sp
   transport_.send_frame(dest, frame.bytes());
 }
 
-void endpoint::on_frame(void* ctx, const net::inbound_frame& f) { static_cast<endpoint*>(ctx)->deliver(f); }
-
-void endpoint::deliver(const net::inbound_frame& f) {
-  if (f.header.annot >= k_annotations) net::byte_reader::malformed("invalid annotation");
-  const detail::handler_entry* e = entry(f.header.handler);
-  if (e == nullptr) net::byte_reader::malformed("unknown handler id");
-  const auto a = static_cast<annotation>(f.header.annot);
-  detail::inbound in{f, *e, a, std::nullopt};
-  switch (a) {
-    case annotation::none:
-      if (!f.cinfo.empty()) net::byte_reader::malformed("NONE message with consistency information");
-      break;
-    case annotation::request: engine_.learn_request(f.header.origin, f.cinfo); break;
-    case annotation::release:
-    case annotation::release_nt: in.release = engine_.decode_release(f.header.origin, f.cinfo); break;
-  }
-  count_received(a);
+inline void endpoint::run_handler(detail::inbound& in) {
+  const detail::handler_entry& e = in.entry;
   message m = detail::inbound::make(&in);
   {
-    net::handler_scope scope(e->name.c_str());
+    net::handler_scope scope(e.name.c_str());
     stats::scoped_timer timer(stats::counter::handler_ns);
     try {
-      e->fn(m);
+      e.fn(m);
     } catch (const error& err) {
-      detail::defer_error(error(err.code(), detail::cat(err.what(), " (in message handler '", e->name, "')")));
+      detail::defer_error(error(err.code(), detail::cat(err.what(), " (in message handler '", e.name, "')")));
     } catch (const std::exception& ex) {
       detail::defer_error(error(MDSM_ERR_INVALID_ARGUMENT,
-                                detail::cat("mdsm: message handler '", e->name, "' threw: ", ex.what())));
+                                detail::cat("mdsm: message handler '", e.name, "' threw: ", ex.what())));
     }
   }
-  if (needs_disposal(a) && !in.disposed)
+  if (needs_disposal(in.annot()) && !in.disposed) [[unlikely]]
     detail::defer_error(error(MDSM_ERR_NOT_DISPOSED,
-                              detail::cat("mdsm: message handler '", e->name, "' returned without accepting, forwarding "
-                                          "or storing a ", to_string(a), " message from rank ", f.header.origin,
-                                          "; the message was dropped. Every RELEASE must be disposed of exactly once")));
+                              detail::cat("mdsm: message handler '", e.name, "' returned without accepting, forwarding "
+                                          "or storing a ", to_string(in.annot()), " message from rank ",
+                                          in.frame.header.origin, "; the message was dropped. Every RELEASE must be "
+                                          "disposed of exactly once")));
+}
+
+void endpoint::on_frame(void* ctx, const net::inbound_frame& f) {
+  auto& self = *static_cast<endpoint*>(ctx);
+  const detail::handler_entry* e = self.entry(f.header.handler);
+  if (e == nullptr) [[unlikely]]
+    net::byte_reader::malformed("unknown handler id");
+  // NONE, the plain message, here; the annotated kinds out of line, so this path keeps a small
+  // stack frame (a decoded release_info is large).
+  if (f.header.annot != static_cast<std::uint8_t>(annotation::none)) return self.deliver_annotated(f, *e);
+  if (f.header.cinfo_len != 0) [[unlikely]]
+    net::byte_reader::malformed("NONE message with consistency information");
+  count_received(annotation::none);
+  detail::inbound in{f, *e, annotation::none};
+  self.run_handler(in);
+}
+
+void endpoint::deliver_annotated(const net::inbound_frame& f, const detail::handler_entry& e) {
+  const auto a = static_cast<annotation>(f.header.annot);
+  detail::inbound in{f, e, a};
+  switch (a) {
+    case annotation::none: break;  // on_frame's
+    case annotation::request:
+      engine_.learn_request(f.header.origin, f.cinfo());
+      count_received(a);
+      return run_handler(in);
+    case annotation::release:
+    case annotation::release_nt: {
+      coherence::release_info info = engine_.decode_release(f.header.origin, f.cinfo());
+      in.release = &info;
+      count_received(a);
+      return run_handler(in);
+    }
+  }
+  net::byte_reader::malformed("invalid annotation");
 }
 
 namespace {
@@ -195,6 +220,7 @@ void endpoint::accept(detail::inbound& in) {
   if (in.release) {
     stats::add(stats::counter::msgs_accepted);
     engine_.begin_acquire(std::move(*in.release));  // handler context: completes asynchronously
+    in.release = nullptr;
   }
 }
 
@@ -203,18 +229,19 @@ void endpoint::forward(detail::inbound& in, int dest) {
   check_dest(dest, detail::cat("forward (handler '", in.entry.name, "')").c_str());
   in.disposed = true;
   stats::add(stats::counter::msgs_forwarded);
-  transport_.send_frame(dest, in.frame.whole);
+  transport_.send_frame(dest, in.frame.whole());
 }
 
 std::unique_ptr<detail::stored> endpoint::store(detail::inbound& in) {
   mark_disposed(in.disposed, in.entry.name, "store");
   stats::add(stats::counter::msgs_stored);
   auto s = std::make_unique<detail::stored>();
-  s->frame.assign(in.frame.whole.begin(), in.frame.whole.end());
+  s->frame.assign(in.frame.whole().begin(), in.frame.whole().end());
   s->source = in.frame.source;
   s->entry = &in.entry;
-  s->annot = in.annot;
-  s->release = std::move(in.release);
+  s->annot = in.annot();
+  if (in.release) s->release = std::move(*in.release);
+  in.release = nullptr;
   return s;
 }
 

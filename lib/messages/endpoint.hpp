@@ -30,13 +30,18 @@ struct handler_entry {
 
 // What a handler's `message` refers to while the handler runs.
 struct inbound {
+  inbound(const net::inbound_frame& f, const handler_entry& e, annotation a) noexcept
+      : fields{f.source, f.header.origin, a, f.header.handler, f.payload()}, frame(f), entry(e) {}
+  message_fields fields;  // what the message's accessors read
   const net::inbound_frame& frame;
   const handler_entry& entry;
-  annotation annot;
-  std::optional<coherence::release_info> release;  // RELEASE kinds
+  // RELEASE kinds: the decoded consistency information, owned by the delivering frame; accept
+  // and store move it out. nullptr for NONE and REQUEST.
+  coherence::release_info* release = nullptr;
   bool disposed = false;
 
-  static message make(inbound* in) noexcept { return message(in); }
+  annotation annot() const noexcept { return fields.annot; }
+  static message make(inbound* in) noexcept { return message(&in->fields, in); }
 };
 
 // A stored message: the whole frame, so it can be forwarded unchanged.
@@ -81,7 +86,9 @@ class endpoint {
 
  private:
   static void on_frame(void* ctx, const net::inbound_frame& f);
-  void deliver(const net::inbound_frame& f);
+  [[gnu::noinline]] void deliver_annotated(const net::inbound_frame& f, const detail::handler_entry& e);
+  // Runs the handler under the handler contract; reports a RELEASE it left undisposed.
+  [[gnu::always_inline]] inline void run_handler(detail::inbound& in);
   void check_dest(int dest, const char* what) const;
   [[gnu::noinline]] void send_annotated(int dest, const net::frame_header& header, std::span<const std::byte> payload,
                                         annotation a);

@@ -18,11 +18,6 @@ const char* to_string(annotation a) noexcept {
 
 // ---- message ---------------------------------------------------------------------------------
 
-int message::source() const noexcept { return in_->frame.source; }
-int message::origin() const noexcept { return in_->frame.header.origin; }
-annotation message::annot() const noexcept { return in_->annot; }
-handler_id message::handler() const noexcept { return in_->frame.header.handler; }
-std::span<const std::byte> message::payload() const noexcept { return in_->frame.payload; }
 bool message::disposed() const noexcept { return in_->disposed; }
 
 void message::check_size(std::size_t n) const {

@@ -25,7 +25,7 @@ inline void cpu_relax() {
 }
 }  // namespace
 
-thread_local const char* t_current_handler = nullptr;
+thread_local constinit const char* t_current_handler = nullptr;
 
 progress_config progress_config::from_env(progress_config d) {
   d.thread = detail::env_uint("MDSM_PROGRESS_THREAD", d.thread ? 1 : 0) != 0;
@@ -82,20 +82,6 @@ void progress::set_paused(bool paused) {
     while (locked_.load(std::memory_order_seq_cst)) cpu_relax();
 }
 
-bool progress::poll_once(std::size_t max_frames) { return try_poll(max_frames, false); }
-
-bool progress::try_poll(std::size_t max_frames, bool unless_paused) {
-  // Test before exchanging: a failed exchange would still take the cache line from the holder.
-  // (seq_cst for set_paused's handshake; on x86 the exchange is the same instruction either way.)
-  if (locked_.load(std::memory_order_relaxed) || locked_.exchange(true, std::memory_order_seq_cst)) return false;
-  struct release {
-    std::atomic<bool>& flag;
-    ~release() { flag.store(false, std::memory_order_release); }  // also when a handler throws
-  } unlock{locked_};
-  if (unless_paused && paused_.load(std::memory_order_seq_cst)) return false;  // see set_paused
-  return transport_.poll(max_frames) > 0;
-}
-
 void progress::enter_wait() {
   if (const char* h = current_handler())
     detail::fail(MDSM_ERR_HANDLER_CONTEXT, "message handler '", h,
@@ -106,17 +92,12 @@ void progress::enter_wait() {
   if (hooks_.block) hooks_.block(hooks_.ctx);
 }
 
-void progress::leave_wait(const waiter_guard& w) {
-  if (w.start_ != 0) stats::add(stats::counter::wait_ns, stats::ticks() - w.start_);
-  // A short wait leaves without a wake-up call (a futex wake per wait would cost more than a
-  // small-message round trip); the parked thread notices within its nap. A long one wakes it:
-  // the application is likely to compute now, and the call is small against the wait.
-  // seq_cst here and in park(): either this thread sees parked_ or park() sees the decrement.
-  if (app_waiters_.fetch_sub(1, std::memory_order_seq_cst) == 1 && w.long_ && parked_.load(std::memory_order_seq_cst)) {
-    { std::lock_guard lk(park_mutex_); }  // the thread is in wait_for, or will see app_waiters_ == 0
-    park_cv_.notify_all();
-  }
-  if (hooks_.wake) hooks_.wake(hooks_.ctx);
+void progress::add_wait_time(const waiter_guard& w) { stats::add(stats::counter::wait_ns, stats::ticks() - w.start_); }
+
+void progress::wake_parked() {
+  if (!parked_.load(std::memory_order_seq_cst)) return;
+  { std::lock_guard lk(park_mutex_); }  // the thread is in wait_for, or will see app_waiters_ == 0
+  park_cv_.notify_all();
 }
 
 void progress::idle(unsigned& turns, waiter_guard& w) {

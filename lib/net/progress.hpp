@@ -65,7 +65,7 @@ struct wait_hooks {
 
 // Name of the message handler running on this thread, or nullptr outside handler context.
 // Initial-exec TLS (lib/meson.build), read and written inline: it is set around every handler.
-extern thread_local const char* t_current_handler;
+extern thread_local constinit const char* t_current_handler;
 inline const char* current_handler() noexcept { return t_current_handler; }
 
 // Marks the calling thread as running a handler for its lifetime (lib/messages, lib/coherence).
@@ -114,7 +114,7 @@ class progress {
   // One turn of progress if the lock is free: delivers up to `max_frames` frames. Returns true
   // if a frame was delivered.
   static constexpr std::size_t k_batch = 16;
-  bool poll_once(std::size_t max_frames = k_batch);
+  bool poll_once(std::size_t max_frames = k_batch) { return try_poll(max_frames, false); }
 
   void set_hooks(const wait_hooks& hooks) { hooks_ = hooks; }
 
@@ -129,12 +129,36 @@ class progress {
   };
   static std::uint64_t now_ns() noexcept;
   void enter_wait();
-  void leave_wait(const waiter_guard& w);
+  // Inline: the way out of every wait, on the path of a message round trip.
+  void leave_wait(const waiter_guard& w) {
+    if (w.start_ != 0) [[unlikely]]
+      add_wait_time(w);
+    // A short wait leaves without a wake-up call (a futex wake per wait would cost more than a
+    // small-message round trip); the parked thread notices within its nap. A long one wakes it:
+    // the application is likely to compute now, and the call is small against the wait.
+    // seq_cst here and in park(): either this thread sees parked_ or park() sees the decrement.
+    if (app_waiters_.fetch_sub(1, std::memory_order_seq_cst) == 1 && w.long_) [[unlikely]]
+      wake_parked();
+    if (hooks_.wake) hooks_.wake(hooks_.ctx);
+  }
+  void add_wait_time(const waiter_guard& w);
+  void wake_parked();  // if the progress thread is parked
   void idle(unsigned& turns, waiter_guard& w);
   void thread_main();
   void park(std::uint64_t& nap_ns);
-  // poll_once; with unless_paused (the progress thread), delivers nothing once paused.
-  bool try_poll(std::size_t max_frames, bool unless_paused);
+  // poll_once; with unless_paused (the progress thread), delivers nothing once paused. Inline:
+  // a waiting thread runs it on every turn of its wait loop.
+  bool try_poll(std::size_t max_frames, bool unless_paused) {
+    // Test before exchanging: a failed exchange would still take the cache line from the holder.
+    // (seq_cst for set_paused's handshake; on x86 the exchange is the same instruction either way.)
+    if (locked_.load(std::memory_order_relaxed) || locked_.exchange(true, std::memory_order_seq_cst)) return false;
+    struct release {
+      std::atomic<bool>& flag;
+      ~release() { flag.store(false, std::memory_order_release); }  // also when a handler throws
+    } unlock{locked_};
+    if (unless_paused && paused_.load(std::memory_order_seq_cst)) return false;  // see set_paused
+    return transport_.poll(max_frames) > 0;
+  }
   // The progress thread has nothing to do: an application thread polls, or the program paused it.
   // seq_cst: pairs with leave_wait's decrement (see there).
   bool stand_aside() const noexcept {

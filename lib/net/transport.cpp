@@ -11,16 +11,9 @@ namespace mdsm::net {
 
 namespace {
 
-constexpr int k_ring_tag = 0;
+constexpr int k_ring_tag = transport::k_ring_tag;
 constexpr int k_large_tag = 1;
 constexpr std::uint32_t k_op_large = 1;  // control channel: payload = u64 body length
-constexpr std::size_t k_ring_slots = 16;
-// Frames up to this size are sent with MPI_Send. Open MPI's eager limits (vader 4 KiB, tcp
-// 64 KiB, self 128 KiB) and MPICH's are all larger, so such a send completes locally.
-constexpr std::size_t k_eager_send_max = 1024;
-// Frames up to this size are assembled on the sender's stack (MPI_Send is done with the buffer
-// when it returns): no staging buffer to look up, and the bytes are in L1 when MPI copies them.
-constexpr std::size_t k_stack_frame_max = 256;
 constexpr std::uint64_t k_frame_limit = std::numeric_limits<int>::max();  // MPI counts are int
 
 [[noreturn, gnu::noinline, gnu::cold]] void mpi_failed(int rc, const char* what) {
@@ -41,16 +34,40 @@ inline void check_mpi(int rc, const char* what) {
     mpi_failed(rc, what);
 }
 
-void report_malformed(int rank, int source, const char* why) {
+[[gnu::cold, gnu::noinline]] void report_malformed(int rank, int source, const char* why) {
   stats::add(stats::counter::frames_malformed);
   static std::atomic<int> reported{0};
   if (reported.fetch_add(1) < 10)
     std::fprintf(stderr, "mdsm: rank %d dropped a malformed frame from rank %d: %s\n", rank, source, why);
 }
 
+// The bytes a completed receive holds. Open MPI keeps them in the status: what MPI_Get_count
+// computes for MPI_BYTE, without the call and the datatype-size division on every frame.
+inline std::size_t received_bytes(const MPI_Status& st) {
+#if defined(OPEN_MPI) && OPEN_MPI
+  return st._ucount;
+#else
+  int count = 0;
+  MPI_Get_count(&st, MPI_BYTE, &count);
+  return static_cast<std::size_t>(count);
+#endif
+}
+
+// What is wrong with a header that failed transport::deliver's combined test (cold path).
+const char* header_problem(const frame_header& h, std::size_t frame_bytes, int size) {
+  if (h.magic != k_frame_magic) return "bad magic";
+  if (h.chan == 0 || h.chan > k_channel_max) return "unknown channel";
+  if (h.origin < 0 || h.origin >= size) return "origin rank out of range";
+  if (std::uint64_t{h.payload_len} + h.cinfo_len + sizeof h != frame_bytes) return "lengths do not match the frame size";
+  return "invalid header";
+}
+
 }  // namespace
 
 transport::transport(MPI_Comm base, std::size_t inline_max) : inline_max_(inline_max) {
+  // Every channel slot has a consumer, so delivery dispatches without a test: unclaimed channels
+  // report the frame, the control channel is the transport's own.
+  for (unsigned c = 0; c <= k_channel_max; ++c) set_handler(static_cast<channel>(c), nullptr, nullptr);
   check_mpi(MPI_Comm_dup(base, &comm_), "MPI_Comm_dup");
   check_mpi(MPI_Comm_dup(base, &coll_comm_), "MPI_Comm_dup");
   MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
@@ -58,13 +75,14 @@ transport::transport(MPI_Comm base, std::size_t inline_max) : inline_max_(inline
   MPI_Comm_rank(comm_, &rank_);
   MPI_Comm_size(comm_, &size_);
   sent_base_ = stats::get_since_load(stats::counter::frames_sent);
-  ring_buffers_.resize(k_ring_slots);
-  ring_requests_.resize(k_ring_slots);
-  for (auto& b : ring_buffers_) b = std::make_unique<std::byte[]>(inline_max_);
+  // Every slot starts on a cache line of its own.
+  ring_stride_ = (inline_max_ + 63) / 64 * 64;
+  ring_memory_ = std::make_unique_for_overwrite<std::byte[]>(k_ring_slots * ring_stride_ + 63);
+  ring_base_ = ring_memory_.get() + (64 - reinterpret_cast<std::uintptr_t>(ring_memory_.get()) % 64) % 64;
   // Persistent receives: reposting a slot is an MPI_Start, which skips the request allocation
   // and set-up an MPI_Irecv pays on every message.
   for (std::size_t i = 0; i < k_ring_slots; ++i) {
-    check_mpi(MPI_Recv_init(ring_buffers_[i].get(), static_cast<int>(inline_max_), MPI_BYTE, MPI_ANY_SOURCE, k_ring_tag,
+    check_mpi(MPI_Recv_init(ring_slot(i), static_cast<int>(inline_max_), MPI_BYTE, MPI_ANY_SOURCE, k_ring_tag,
                             comm_, &ring_requests_[i]),
               "MPI_Recv_init");
     post_receive(i);
@@ -77,7 +95,7 @@ transport::~transport() {
   inflight_.clear();
   for (std::size_t i = 0; i < ring_requests_.size(); ++i) {
     MPI_Request& r = ring_requests_[i];
-    if (!(repost_pending_ && repost_slot_ == i)) {  // active: cancel it
+    if (!(repost_pending_ && repost_slot() == i)) {  // active: cancel it
       MPI_Cancel(&r);
       MPI_Wait(&r, MPI_STATUS_IGNORE);
     }
@@ -88,7 +106,19 @@ transport::~transport() {
 }
 
 void transport::set_handler(channel c, frame_handler fn, void* ctx) {
+  if (c == channel::control) fn = &transport::on_control, ctx = this;
+  else if (fn == nullptr) fn = &transport::on_unclaimed, ctx = this;
   handlers_[static_cast<unsigned>(c)] = slot{fn, ctx};
+}
+
+void transport::on_control(void* ctx, const inbound_frame& f) {
+  auto& t = *static_cast<transport*>(ctx);
+  if (f.header.handler != k_op_large) return report_malformed(t.rank_, f.source, "unknown control operation");
+  t.take_large(f.payload(), f.source);
+}
+
+void transport::on_unclaimed(void* ctx, const inbound_frame& f) {
+  report_malformed(static_cast<transport*>(ctx)->rank_, f.source, "no consumer for the channel");
 }
 
 namespace {
@@ -145,14 +175,7 @@ void transport::send_raw_for_test(int dest, std::span<const std::byte> bytes) {
   isend(std::move(buffer), bytes.size(), dest, k_ring_tag);
 }
 
-void transport::send_eager(const std::byte* frame, std::size_t len, int dest) {
-  stats::add(stats::counter::frames_sent);
-  stats::add(stats::counter::frame_bytes_sent, len);
-  // Blocking send, but it never waits for the receiver: a frame this small goes eagerly (the
-  // bytes are copied out and MPI_Send returns), so handlers may send. Against MPI_Isend +
-  // MPI_Test it saves the request and the test, a sixth of a small message's cost.
-  check_mpi(MPI_Send(frame, static_cast<int>(len), MPI_BYTE, dest, k_ring_tag, comm_), "MPI_Send");
-}
+void transport::send_failed(int rc) { mpi_failed(rc, "MPI_Send"); }
 
 void transport::post(std::size_t len, int dest) {
   if (len <= k_eager_send_max) return send_eager(t_staging.buffer.get(), len, dest);
@@ -208,6 +231,30 @@ void transport::retire_sends() {
   }
 }
 
+inline void transport::deliver(std::span<const std::byte> bytes, int source) {
+  stats::storage::block& counts = stats::local();
+  stats::add(counts, stats::counter::frames_received);
+  stats::add(counts, stats::counter::frame_bytes_received, bytes.size());
+  frame_header h;
+  if (bytes.size() < sizeof h) [[unlikely]]
+    return report_malformed(rank_, source, "shorter than a header");
+  std::memcpy(&h, bytes.data(), sizeof h);
+  // Every check of the header in one test (header_problem says which failed). The lengths are
+  // 32-bit, so their sum cannot wrap in 64 bits; channel 0 is in range and has a reporting slot.
+  if ((h.magic != k_frame_magic) | (h.chan > k_channel_max) |
+      (static_cast<unsigned>(h.origin) >= static_cast<unsigned>(size_)) |
+      (std::uint64_t{h.payload_len} + h.cinfo_len + sizeof h != bytes.size())) [[unlikely]]
+    return report_malformed(rank_, source, header_problem(h, bytes.size(), size_));
+  const inbound_frame f{h, source, bytes.data()};
+  const slot& s = handlers_[h.chan];
+  try {
+    s.fn(s.ctx, f);
+  } catch (const error& e) {
+    if (e.code() == MDSM_ERR_MALFORMED) return report_malformed(rank_, source, e.what());
+    detail::defer_error(e);
+  }
+}
+
 std::size_t transport::poll(std::size_t max_frames) {
   if (inflight_count_.load(std::memory_order_acquire) != 0) retire_sends();
   std::size_t delivered = 0;
@@ -217,58 +264,31 @@ std::size_t transport::poll(std::size_t max_frames) {
     // is reposted before any later one, so MPI's posting order stays the ring's order.
     if (repost_pending_) {
       repost_pending_ = false;
-      post_receive(repost_slot_);
+      post_receive(repost_slot());
     }
     int flag = 0;
     MPI_Status st;
     const std::size_t slot = ring_head_;
-    int rc = MPI_Test(&ring_requests_[slot], &flag, &st);
-    if (rc != MPI_SUCCESS && rc != MPI_ERR_IN_STATUS && rc != MPI_ERR_TRUNCATE) check_mpi(rc, "MPI_Test");
-    if (!flag) break;
+    const int rc = MPI_Test(&ring_requests_[slot], &flag, &st);
+    if (!flag) {
+      check_mpi(rc, "MPI_Test");
+      break;
+    }
     ++received_;
     ring_head_ = (slot + 1) % k_ring_slots;
     ++delivered;
     repost_pending_ = true;  // set before delivering: a handler that throws leaves no hole
-    repost_slot_ = slot;
-    if (rc != MPI_SUCCESS) {
+    if (rc != MPI_SUCCESS) [[unlikely]] {
+      if (rc != MPI_ERR_IN_STATUS && rc != MPI_ERR_TRUNCATE) check_mpi(rc, "MPI_Test");
       report_malformed(rank_, st.MPI_SOURCE, "larger than the receive buffer");
       continue;
     }
-    int count = 0;
-    MPI_Get_count(&st, MPI_BYTE, &count);
-    deliver(std::span<const std::byte>(ring_buffers_[slot].get(), static_cast<std::size_t>(count)), st.MPI_SOURCE);
+    deliver(std::span<const std::byte>(ring_slot(slot), received_bytes(st)), st.MPI_SOURCE);
   }
   return delivered;
 }
 
 void transport::post_receive(std::size_t slot) { check_mpi(MPI_Start(&ring_requests_[slot]), "MPI_Start"); }
-
-void transport::deliver(std::span<const std::byte> bytes, int source) {
-  stats::add(stats::counter::frames_received);
-  stats::add(stats::counter::frame_bytes_received, bytes.size());
-  if (bytes.size() < sizeof(frame_header)) return report_malformed(rank_, source, "shorter than a header");
-  frame_header h;
-  std::memcpy(&h, bytes.data(), sizeof h);
-  if (h.magic != k_frame_magic) return report_malformed(rank_, source, "bad magic");
-  if (h.chan == 0 || h.chan > k_channel_max) return report_malformed(rank_, source, "unknown channel");
-  if (h.origin < 0 || h.origin >= size_) return report_malformed(rank_, source, "origin rank out of range");
-  if (std::uint64_t{h.payload_len} + h.cinfo_len + sizeof h != bytes.size())
-    return report_malformed(rank_, source, "lengths do not match the frame size");
-  if (h.chan == static_cast<std::uint8_t>(channel::control)) {
-    if (h.handler != k_op_large) return report_malformed(rank_, source, "unknown control operation");
-    return take_large(bytes.subspan(sizeof h, h.payload_len), source);
-  }
-  const slot& s = handlers_[h.chan];
-  if (s.fn == nullptr) return report_malformed(rank_, source, "no consumer for the channel");
-  inbound_frame f{h, source, bytes.subspan(sizeof h, h.payload_len), bytes.subspan(sizeof h + h.payload_len, h.cinfo_len),
-                  bytes};
-  try {
-    s.fn(s.ctx, f);
-  } catch (const error& e) {
-    if (e.code() == MDSM_ERR_MALFORMED) return report_malformed(rank_, source, e.what());
-    detail::defer_error(e);
-  }
-}
 
 void transport::take_large(std::span<const std::byte> announcement, int source) {
   byte_reader in(announcement);

@@ -14,9 +14,11 @@
 #pragma once
 
 #include "net/wire.hpp"
+#include "stats/counters.hpp"
 
 #include <mpi.h>
 
+#include <array>
 #include <atomic>
 #include <cstddef>
 #include <memory>
@@ -26,16 +28,56 @@
 
 namespace mdsm::net {
 
+// Copies n bytes; payloads of up to 16 bytes (a pointer, an index: the common small message)
+// with two overlapping loads and stores instead of a call to memcpy. Pre: the ranges do not overlap.
+inline void copy_small(std::byte* dst, const std::byte* src, std::size_t n) {
+  if (n > 16) {
+    std::memcpy(dst, src, n);
+  } else if (n >= 8) {
+    std::uint64_t a, b;
+    std::memcpy(&a, src, 8);
+    std::memcpy(&b, src + n - 8, 8);
+    std::memcpy(dst, &a, 8);
+    std::memcpy(dst + n - 8, &b, 8);
+  } else if (n >= 4) {
+    std::uint32_t a, b;
+    std::memcpy(&a, src, 4);
+    std::memcpy(&b, src + n - 4, 4);
+    std::memcpy(dst, &a, 4);
+    std::memcpy(dst + n - 4, &b, 4);
+  } else {
+    for (std::size_t i = 0; i < n; ++i) dst[i] = src[i];
+  }
+}
+
+// A received frame, as its channel's consumer sees it. Small (built for every frame): the parts
+// are computed from the validated header. The bytes are valid only while the consumer runs.
 struct inbound_frame {
   frame_header header;
-  int source;                          // rank the frame came from (the last forwarder)
-  std::span<const std::byte> payload;  // valid only while the channel handler runs
-  std::span<const std::byte> cinfo;
-  std::span<const std::byte> whole;    // header + payload + cinfo, for forwarding unchanged
+  int source;             // rank the frame came from (the last forwarder)
+  const std::byte* bytes;  // the whole frame
+
+  std::span<const std::byte> payload() const noexcept { return {bytes + sizeof header, header.payload_len}; }
+  std::span<const std::byte> cinfo() const noexcept {
+    return {bytes + sizeof header + header.payload_len, header.cinfo_len};
+  }
+  // header + payload + cinfo, for forwarding unchanged
+  std::span<const std::byte> whole() const noexcept {
+    return {bytes, sizeof header + header.payload_len + header.cinfo_len};
+  }
 };
 
 class transport {
  public:
+  // Frames up to this size are assembled on the sender's stack (MPI_Send is done with the buffer
+  // when it returns): no staging buffer to look up, and the bytes are in L1 when MPI copies them.
+  static constexpr std::size_t k_stack_frame_max = 256;
+  // Frames up to this size are sent with MPI_Send. Open MPI's eager limits (vader 4 KiB, tcp
+  // 64 KiB, self 128 KiB) and MPICH's are all larger, so such a send completes locally.
+  static constexpr std::size_t k_eager_send_max = 1024;
+
+  static constexpr int k_ring_tag = 0;  // the receive ring's tag on the private communicator
+
   using frame_handler = void (*)(void* ctx, const inbound_frame& frame);
 
   // Collective over `base`: duplicates it twice (point-to-point traffic and collectives, so
@@ -50,11 +92,28 @@ class transport {
   MPI_Comm collective_comm() const noexcept { return coll_comm_; }
   std::size_t inline_max() const noexcept { return inline_max_; }
 
+  // The consumer of a channel's frames (nullptr: frames on it are reported and dropped). The
+  // control channel is the transport's own.
   void set_handler(channel c, frame_handler fn, void* ctx);
 
   // Sends header+payload+cinfo as one frame; the lengths in `h` are filled in here.
   // Asynchronous: returns once the bytes are copied. Pre: 0 <= dest < size().
   void send(int dest, frame_header h, std::span<const std::byte> payload, std::span<const std::byte> cinfo);
+  // The same without consistency information, for the NONE message path: a frame that fits
+  // k_stack_frame_max is assembled on the caller's stack and sent from there, inline. `counts` is
+  // the caller's statistics block. Pre: as send().
+  [[gnu::always_inline]] void send(int dest, const frame_header& h, std::span<const std::byte> payload,
+                                   stats::storage::block& counts) {
+    if (payload.size() > k_stack_frame_max - sizeof h) [[unlikely]]
+      return send(dest, h, payload, {});
+    alignas(16) std::byte frame[k_stack_frame_max];
+    std::memcpy(frame, &h, sizeof h);
+    const auto n = static_cast<std::uint32_t>(payload.size());
+    std::memcpy(frame + offsetof(frame_header, payload_len), &n, sizeof n);
+    std::memset(frame + offsetof(frame_header, cinfo_len), 0, sizeof h.cinfo_len);
+    copy_small(frame + sizeof h, payload.data(), n);
+    send_eager(frame, sizeof h + n, dest, counts);
+  }
 
   // Sends an already assembled frame unchanged (forwarding, or a frame built in place). Small
   // frames go straight from `frame`, larger ones through a copy. Pre: 0 <= dest < size(), the
@@ -74,20 +133,37 @@ class transport {
   std::uint64_t frames_received() const noexcept { return received_; }
 
  private:
+  // Sends a frame of at most k_eager_send_max bytes with one MPI_Send. Blocking, but it never
+  // waits for the receiver: a frame this small goes eagerly (the bytes are copied out and
+  // MPI_Send returns), so handlers may send. Against MPI_Isend + MPI_Test it saves the request
+  // and the test, a sixth of a small message's cost.
+  void send_eager(const std::byte* frame, std::size_t len, int dest) { send_eager(frame, len, dest, stats::local()); }
+  void send_eager(const std::byte* frame, std::size_t len, int dest, stats::storage::block& counts) {
+    stats::add(counts, stats::counter::frames_sent);
+    stats::add(counts, stats::counter::frame_bytes_sent, len);
+    const int rc = MPI_Send(frame, static_cast<int>(len), MPI_BYTE, dest, k_ring_tag, comm_);
+    if (rc != MPI_SUCCESS) [[unlikely]]
+      send_failed(rc);
+  }
+  [[noreturn, gnu::cold]] static void send_failed(int rc);
+
   struct pending_send {
     MPI_Request request;
     std::unique_ptr<std::byte[]> buffer;
   };
   // Sends the frame of `len` bytes in this thread's staging buffer (see transport.cpp).
   void post(std::size_t len, int dest);
-  void send_eager(const std::byte* frame, std::size_t len, int dest);
   void isend_staged(std::size_t len, int dest, int tag);
   // Returns the buffer if the send completed at once (free for reuse), nullptr if it travels
   // with the request on the in-flight list.
   std::unique_ptr<std::byte[]> isend(std::unique_ptr<std::byte[]> buffer, std::size_t len, int dest, int tag);
   void post_receive(std::size_t slot);
   void retire_sends();
-  void deliver(std::span<const std::byte> bytes, int source);
+  // Validates a received frame and hands it to its channel's consumer. Inline into poll: it is
+  // on the path of every message.
+  [[gnu::always_inline]] inline void deliver(std::span<const std::byte> bytes, int source);
+  static void on_control(void* ctx, const inbound_frame& f);
+  static void on_unclaimed(void* ctx, const inbound_frame& f);
   void take_large(std::span<const std::byte> announcement, int source);
 
   MPI_Comm comm_ = MPI_COMM_NULL;
@@ -102,12 +178,18 @@ class transport {
   };
   slot handlers_[k_channel_max + 1];
 
-  // Receive ring; touched only by the progress-lock holder.
-  std::vector<std::unique_ptr<std::byte[]>> ring_buffers_;
-  std::vector<MPI_Request> ring_requests_;
+  // Receive ring; touched only by the progress-lock holder. Slot i's buffer is at
+  // ring_base_ + i * ring_stride_, inside ring_memory_.
+  static constexpr std::size_t k_ring_slots = 16;
+  std::byte* ring_slot(std::size_t i) const noexcept { return ring_base_ + i * ring_stride_; }
+  std::unique_ptr<std::byte[]> ring_memory_;
+  std::byte* ring_base_ = nullptr;
+  std::size_t ring_stride_ = 0;
+  std::array<MPI_Request, k_ring_slots> ring_requests_{};
   std::size_t ring_head_ = 0;
-  bool repost_pending_ = false;  // ring slot repost_slot_ completed and is not posted again yet
-  std::size_t repost_slot_ = 0;
+  // The slot before ring_head_ completed and is not posted again yet.
+  bool repost_pending_ = false;
+  std::size_t repost_slot() const noexcept { return (ring_head_ + k_ring_slots - 1) % k_ring_slots; }
   std::uint64_t received_ = 0;
 
   // Sends that did not complete at once. Guarded by send_mutex_.

@@ -8,7 +8,7 @@ namespace mdsm::stats {
 
 
 namespace storage {
-thread_local block* t_block = nullptr;
+thread_local constinit block* t_block = nullptr;
 std::array<std::atomic<std::uint64_t>, k_counters> g_shared{};
 
 void raise_peak(counter peak, std::uint64_t v) {

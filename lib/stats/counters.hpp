@@ -93,19 +93,27 @@ namespace storage {
 struct block {
   std::array<std::atomic<std::uint64_t>, k_counters> v{};
 };
-extern thread_local block* t_block;  // initial-exec TLS (lib/meson.build)
+// initial-exec TLS (lib/meson.build); constinit: no per-access call to a TLS init wrapper
+extern thread_local constinit block* t_block;
 block* attach_thread();
 extern std::array<std::atomic<std::uint64_t>, k_counters> g_shared;
 void raise_peak(counter peak, std::uint64_t v);
 }  // namespace storage
 
-inline void add(counter c, std::uint64_t v = 1) {
+// The calling thread's block. A hot path that counts several things takes it once.
+inline storage::block& local() {
   storage::block* b = storage::t_block;
   if (b == nullptr) [[unlikely]]
     b = storage::attach_thread();
-  auto& x = b->v[static_cast<unsigned>(c)];
+  return *b;
+}
+
+inline void add(storage::block& b, counter c, std::uint64_t v = 1) {
+  auto& x = b.v[static_cast<unsigned>(c)];
   x.store(x.load(std::memory_order_relaxed) + v, std::memory_order_relaxed);  // single writer
 }
+
+inline void add(counter c, std::uint64_t v = 1) { add(local(), c, v); }
 
 // For gauges: adjusts the gauge and, on increase, its *_peak companion.
 inline void gauge_add(counter gauge, std::int64_t delta) {

@@ -246,10 +246,15 @@ __attribute__((target(MDSM_AVX512))) scan_result scan_avx512(const std::byte* pa
 // The per-thread buffer make_diff writes into. When a diff fills most of it, the buffer itself
 // becomes the diff (no copy) and the next call allocates a new one.
 constexpr std::size_t k_align = 64;
+thread_local bool t_scratch_gone = false;  // the thread's scratch_buffer was destroyed (thread exit)
 struct scratch_buffer {
   std::byte* data = nullptr;
   std::size_t capacity = 0;
-  ~scratch_buffer() { std::free(data); }
+  ~scratch_buffer() {
+    std::free(data);
+    data = nullptr;
+    t_scratch_gone = true;
+  }
   std::byte* get(std::size_t need) {
     if (capacity < need) {
       std::free(data);
@@ -261,6 +266,19 @@ struct scratch_buffer {
   }
 };
 thread_local scratch_buffer t_scratch;
+
+}  // namespace
+
+void diff_bytes::recycle() noexcept {
+  // Only the calling thread's own buffer is touched, so diffs may die on any thread.
+  if (block_ && work_buffer_ && !t_scratch_gone && t_scratch.data == nullptr) {
+    t_scratch.data = block_.release();
+    t_scratch.capacity = capacity_;
+  }
+  block_.reset();
+}
+
+namespace {
 
 // ---- apply_diff -------------------------------------------------------------------------------
 
@@ -402,6 +420,7 @@ diff_bytes make_diff(const std::byte* page, const std::byte* twin, std::size_t l
     out.block_.reset(t_scratch.data);
     out.data_ = buf;
     out.capacity_ = t_scratch.capacity;
+    out.work_buffer_ = true;
     t_scratch.data = nullptr;
     t_scratch.capacity = 0;
     return out;

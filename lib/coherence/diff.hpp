@@ -35,17 +35,22 @@ namespace mdsm::coherence {
 class diff_bytes {
  public:
   diff_bytes() = default;
+  ~diff_bytes() { recycle(); }
   // A moved-from diff_bytes is empty (it must not keep pointing into the block it gave away).
   diff_bytes(diff_bytes&& o) noexcept
       : block_(std::move(o.block_)),
         data_(std::exchange(o.data_, nullptr)),
         size_(std::exchange(o.size_, 0)),
-        capacity_(std::exchange(o.capacity_, 0)) {}
+        capacity_(std::exchange(o.capacity_, 0)),
+        work_buffer_(std::exchange(o.work_buffer_, false)) {}
   diff_bytes& operator=(diff_bytes&& o) noexcept {
+    if (this == &o) return *this;
+    recycle();
     block_ = std::move(o.block_);
     data_ = std::exchange(o.data_, nullptr);
     size_ = std::exchange(o.size_, 0);
     capacity_ = std::exchange(o.capacity_, 0);
+    work_buffer_ = std::exchange(o.work_buffer_, false);
     return *this;
   }
   const std::byte* data() const noexcept { return data_; }
@@ -57,6 +62,10 @@ class diff_bytes {
 
  private:
   friend diff_bytes make_diff(const std::byte*, const std::byte*, std::size_t);
+  // Frees the block, or, if it is a work buffer a dense diff took over, gives it to the calling
+  // thread as its make_diff work buffer when that thread has none (a dense diff took it): saves a
+  // malloc and a free of a unit-sized block per dense diff. Leaves block_ empty.
+  void recycle() noexcept;
   struct free_deleter {
     void operator()(std::byte* p) const noexcept { std::free(p); }
   };
@@ -64,6 +73,7 @@ class diff_bytes {
   const std::byte* data_ = nullptr;                 // the encoding, inside block_
   std::size_t size_ = 0;
   std::size_t capacity_ = 0;
+  bool work_buffer_ = false;  // block_ was a make_diff work buffer (a dense diff took it over)
 };
 
 struct diff {

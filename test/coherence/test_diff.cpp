@@ -313,6 +313,38 @@ TEST_CASE("dense diffs in a row each keep their own bytes; a moved-from diff is 
   }
 }
 
+TEST_CASE("a dense diff's buffer, freed on its thread, is that thread's next work buffer", "[unit][diff]") {
+  const std::size_t n = 4096;
+  const auto twin = page_of(n, 21);
+  std::vector<std::size_t> all(n / 4), some;
+  for (std::size_t w = 0; w < all.size(); ++w) all[w] = w;
+  for (std::size_t w = 0; w < all.size(); w += 9) some.push_back(w);
+  const auto dense = flipped(twin, all), sparse = flipped(twin, some);
+  for (diff_isa isa : isas()) {
+    INFO(isa_name(isa));
+    isa_scope use(isa);
+    auto d1 = make_diff(dense.data(), twin.data(), n);  // takes the thread's work buffer
+    const std::byte* const at = d1.data();
+    d1 = diff_bytes();  // gives it back
+    const auto d2 = make_diff(dense.data(), twin.data(), n);
+    CHECK(d2.data() == at);  // made in the same buffer, nothing allocated
+    CHECK(bytes_of(d2) == reference_diff(dense, twin));
+    // A sparse diff is copied out of the work buffer: freeing it gives nothing back, and the
+    // thread's buffer (now d2's) is not touched by it.
+    auto d3 = require_round_trip(sparse, twin);
+    d3 = diff_bytes();
+    CHECK(bytes_of(d2) == reference_diff(dense, twin));
+    // Freed on a thread that has a work buffer of its own: plain free, d4 is still intact.
+    auto d4 = make_diff(dense.data(), twin.data(), n);
+    std::thread([&] {
+      auto mine = make_diff(sparse.data(), twin.data(), n);  // this thread now has a buffer
+      d4 = diff_bytes();
+    }).join();
+    const auto d5 = make_diff(dense.data(), twin.data(), n);
+    CHECK(bytes_of(d5) == reference_diff(dense, twin));
+  }
+}
+
 TEST_CASE("diffs made on several threads stay intact and are freed on another", "[unit][diff]") {
   // make_diff's buffers are per thread; diffs outlive the call and are freed by whoever drops
   // the last reference (the GC, on another thread).

@@ -17,8 +17,17 @@ with another:
     /usr/bin/python3 bench/compare_launches.py -n 8 build-rel/bench/bench_messages \\
         old=/tmp/old new=- nothread=-:MDSM_PROGRESS_THREAD=0
 
-Both variants must be ABI-compatible with the benchmark binary (the benchmark itself is not
-swapped). Launches go through tools/mdsmrun with 2 ranks.
+Such variants must be ABI-compatible with the benchmark binary (the benchmark itself is not
+swapped). When a change alters the ABI (an inline accessor in a public header, say), compare
+whole builds instead: NAME=@BUILDDIR runs BUILDDIR/bench/<the benchmark's file name>, that
+build's own binary with its own library, e.g. a worktree of the old commit:
+
+    git worktree add /tmp/old HEAD~1 && meson setup /tmp/old/build-rel --buildtype=release \\
+        -Dtests=false && ninja -C /tmp/old/build-rel
+    /usr/bin/python3 bench/compare_launches.py -n 20 build-rel/bench/bench_messages \\
+        old=@/tmp/old/build-rel new=-
+
+Launches go through tools/mdsmrun with 2 ranks.
 """
 
 import argparse
@@ -31,17 +40,26 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def parse_variant(text):
-    name, sep, rest = text.partition("=")
-    if not sep or not name:
-        raise argparse.ArgumentTypeError(f"variant '{text}' is not NAME=LIBDIR[:VAR=VALUE,...]")
-    libdir, _, settings = rest.partition(":")
+def parse_settings(name, settings):
     env = {}
     for item in filter(None, settings.split(",")):
         key, eq, value = item.partition("=")
         if not eq:
             raise argparse.ArgumentTypeError(f"setting '{item}' of variant '{name}' is not VAR=VALUE")
         env[key] = value
+    return env
+
+
+def parse_variant(text):
+    name, sep, rest = text.partition("=")
+    if not sep or not name:
+        raise argparse.ArgumentTypeError(f"variant '{text}' is not NAME=LIBDIR[:VAR=VALUE,...]")
+    libdir, _, settings = rest.partition(":")
+    if libdir.startswith("@"):  # a whole build: its own benchmark binary and library
+        if not Path(libdir[1:], "bench").is_dir():
+            raise argparse.ArgumentTypeError(f"variant '{name}': no bench/ in build {libdir[1:]}")
+        return name, libdir, parse_settings(name, settings)
+    env = parse_settings(name, settings)
     if libdir not in ("", "-") and not (Path(libdir) / "libmdsm.so.0").exists():
         raise argparse.ArgumentTypeError(f"variant '{name}': no libmdsm.so.0 in {libdir}")
     return name, (None if libdir in ("", "-") else libdir), env
@@ -78,10 +96,13 @@ def main():
             cmd = [runner, "-n", "2"]
             for key in extra:
                 cmd += ["-x", key]
-            if libdir:
+            binary = args.benchmark
+            if libdir and libdir.startswith("@"):
+                binary = str(Path(libdir[1:]) / "bench" / Path(args.benchmark).name)
+            elif libdir:
                 env["LD_LIBRARY_PATH"] = libdir + (":" + env["LD_LIBRARY_PATH"] if env.get("LD_LIBRARY_PATH") else "")
                 cmd += ["-x", "LD_LIBRARY_PATH"]
-            cmd += [args.benchmark] + args.args.split()
+            cmd += [binary] + args.args.split()
             done = subprocess.run(cmd, env=env, capture_output=True, text=True)
             rows = ratios(done.stdout)
             if done.returncode != 0 or not rows:

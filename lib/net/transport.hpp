@@ -28,26 +28,24 @@
 
 namespace mdsm::net {
 
+// Copies n bytes, sizeof(Word) <= n <= 2 * sizeof(Word), as two words that may overlap.
+template <class Word>
+inline void copy_two_words(std::byte* dst, const std::byte* src, std::size_t n) {
+  Word first, last;
+  std::memcpy(&first, src, sizeof first);
+  std::memcpy(&last, src + n - sizeof last, sizeof last);
+  std::memcpy(dst, &first, sizeof first);
+  std::memcpy(dst + n - sizeof last, &last, sizeof last);
+}
+
 // Copies n bytes; payloads of up to 16 bytes (a pointer, an index: the common small message)
-// with two overlapping loads and stores instead of a call to memcpy. Pre: the ranges do not overlap.
+// without a call to memcpy. Pre: the ranges do not overlap.
 inline void copy_small(std::byte* dst, const std::byte* src, std::size_t n) {
-  if (n > 16) {
-    std::memcpy(dst, src, n);
-  } else if (n >= 8) {
-    std::uint64_t a, b;
-    std::memcpy(&a, src, 8);
-    std::memcpy(&b, src + n - 8, 8);
-    std::memcpy(dst, &a, 8);
-    std::memcpy(dst + n - 8, &b, 8);
-  } else if (n >= 4) {
-    std::uint32_t a, b;
-    std::memcpy(&a, src, 4);
-    std::memcpy(&b, src + n - 4, 4);
-    std::memcpy(dst, &a, 4);
-    std::memcpy(dst + n - 4, &b, 4);
-  } else {
+  if (n > 16) std::memcpy(dst, src, n);
+  else if (n >= 8) copy_two_words<std::uint64_t>(dst, src, n);
+  else if (n >= 4) copy_two_words<std::uint32_t>(dst, src, n);
+  else
     for (std::size_t i = 0; i < n; ++i) dst[i] = src[i];
-  }
 }
 
 // A received frame, as its channel's consumer sees it. Small (built for every frame): the parts

@@ -20,7 +20,7 @@ std::uint32_t engine::register_box(box_ptr box) {
 void engine::send_protocol(int dest, std::uint32_t op, std::uint32_t token, std::span<const std::byte> payload) {
   stats::add(stats::counter::protocol_msgs_sent);
   stats::add(stats::counter::protocol_bytes_sent, sizeof(net::frame_header) + payload.size());
-  transport_.send(dest, net::make_header(net::channel::coherence, op, rank_, 0, token), payload, {});
+  transport_.send(dest, net::make_header(net::channel::coherence, op, rank_, 0, token), payload);
 }
 
 void engine::on_frame(void* ctx, const net::inbound_frame& f) {

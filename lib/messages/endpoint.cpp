@@ -190,7 +190,7 @@ void endpoint::deliver_annotated(const net::inbound_frame& f, const detail::hand
   const auto a = static_cast<annotation>(f.header.annot);
   detail::inbound in{f, e, a};
   switch (a) {
-    case annotation::none: break;  // on_frame's
+    case annotation::none: break;  // not reached: on_frame delivers NONE itself
     case annotation::request:
       engine_.learn_request(f.header.origin, f.cinfo());
       count_received(a);

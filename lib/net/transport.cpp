@@ -56,7 +56,7 @@ inline std::size_t received_bytes(const MPI_Status& st) {
 // What is wrong with a header that failed transport::deliver's combined test (cold path).
 const char* header_problem(const frame_header& h, std::size_t frame_bytes, int size) {
   if (h.magic != k_frame_magic) return "bad magic";
-  if (h.chan == 0 || h.chan > k_channel_max) return "unknown channel";
+  if (h.chan > k_channel_max) return "unknown channel";
   if (h.origin < 0 || h.origin >= size) return "origin rank out of range";
   if (std::uint64_t{h.payload_len} + h.cinfo_len + sizeof h != frame_bytes) return "lengths do not match the frame size";
   return "invalid header";
@@ -140,19 +140,14 @@ struct staging {
 thread_local staging t_staging;
 }  // namespace
 
-void transport::send(int dest, frame_header h, std::span<const std::byte> payload, std::span<const std::byte> cinfo) {
-  MDSM_ASSERT(dest >= 0 && dest < size_, "send to a rank out of range");
-  const std::uint64_t len = sizeof(frame_header) + payload.size() + cinfo.size();
+void transport::send_staged(int dest, frame_header h, std::span<const std::byte> payload) {
+  const std::uint64_t len = sizeof(frame_header) + payload.size();
   check_frame_size(len);
   h.payload_len = static_cast<std::uint32_t>(payload.size());
-  h.cinfo_len = static_cast<std::uint32_t>(cinfo.size());
-  alignas(16) std::byte on_stack[k_stack_frame_max];
-  const bool small = len <= k_stack_frame_max;
-  std::byte* const buffer = small ? on_stack : t_staging.get(len, inline_max_);
+  h.cinfo_len = 0;
+  std::byte* const buffer = t_staging.get(len, inline_max_);
   std::memcpy(buffer, &h, sizeof h);
-  if (!payload.empty()) std::memcpy(buffer + sizeof h, payload.data(), payload.size());
-  if (!cinfo.empty()) std::memcpy(buffer + sizeof h + payload.size(), cinfo.data(), cinfo.size());
-  if (small) return send_eager(buffer, len, dest);
+  std::memcpy(buffer + sizeof h, payload.data(), payload.size());
   post(len, dest);
 }
 

@@ -94,16 +94,20 @@ class transport {
   // control channel is the transport's own.
   void set_handler(channel c, frame_handler fn, void* ctx);
 
-  // Sends header+payload+cinfo as one frame; the lengths in `h` are filled in here.
-  // Asynchronous: returns once the bytes are copied. Pre: 0 <= dest < size().
-  void send(int dest, frame_header h, std::span<const std::byte> payload, std::span<const std::byte> cinfo);
-  // The same without consistency information, for the NONE message path: a frame that fits
-  // k_stack_frame_max is assembled on the caller's stack and sent from there, inline. `counts` is
-  // the caller's statistics block. Pre: as send().
+  // Sends header + payload as one frame (no consistency information: NONE messages, protocol
+  // requests and replies; annotated frames are built in place and go through send_frame). The
+  // lengths in `h` are filled in here. Asynchronous: returns once the bytes are copied. A frame
+  // that fits k_stack_frame_max is assembled on the caller's stack and sent from there, inline
+  // (the NONE message path); a larger one goes through send_staged. `counts` is the caller's
+  // statistics block. Pre: 0 <= dest < size().
+  void send(int dest, const frame_header& h, std::span<const std::byte> payload) {
+    send(dest, h, payload, stats::local());
+  }
   [[gnu::always_inline]] void send(int dest, const frame_header& h, std::span<const std::byte> payload,
                                    stats::storage::block& counts) {
+    MDSM_ASSERT(dest >= 0 && dest < size_, "send to a rank out of range");
     if (payload.size() > k_stack_frame_max - sizeof h) [[unlikely]]
-      return send(dest, h, payload, {});
+      return send_staged(dest, h, payload);
     alignas(16) std::byte frame[k_stack_frame_max];
     std::memcpy(frame, &h, sizeof h);
     const auto n = static_cast<std::uint32_t>(payload.size());
@@ -149,6 +153,8 @@ class transport {
     MPI_Request request;
     std::unique_ptr<std::byte[]> buffer;
   };
+  // send() for a payload too large for the stack: assembled in the staging buffer, then post().
+  void send_staged(int dest, frame_header h, std::span<const std::byte> payload);
   // Sends the frame of `len` bytes in this thread's staging buffer (see transport.cpp).
   void post(std::size_t len, int dest);
   void isend_staged(std::size_t len, int dest, int tag);

@@ -302,6 +302,7 @@ bool engine::on_fault(const os::fault_info& f) {
                   h, f.addr);
     detail::die(text);
   }
+  stats::activity_scope timed(stats::activity::fault, stats::counter::fault_ns);
   const std::uint32_t u = region_.unit_of(f.addr);
   const access how = !f.write_known ? access::unknown : f.is_write ? access::write : access::read;
   stats::add(how == access::write ? stats::counter::write_faults : stats::counter::read_faults);

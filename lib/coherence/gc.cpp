@@ -21,6 +21,7 @@ void wait_request(net::progress& p, MPI_Request& req) {
 }  // namespace
 
 void engine::gc() {
+  stats::activity_scope timed(stats::activity::gc, stats::counter::gc_ns);
   // 1. Close the current interval and learn every interval any rank knows (the join G of all
   //    vector times is downward closed, so it is fetched and applied as one batch).
   {

@@ -92,7 +92,12 @@ void progress::enter_wait() {
   if (hooks_.block) hooks_.block(hooks_.ctx);
 }
 
-void progress::add_wait_time(const waiter_guard& w) { stats::add(stats::counter::wait_ns, stats::ticks() - w.start_); }
+void progress::add_wait_time(const waiter_guard& w) {
+  const std::uint64_t t = stats::ticks() - w.start_;
+  stats::storage::block& b = stats::local();
+  stats::add(b, stats::counter::wait_ns, t);
+  if (stats::t_activity == stats::activity::none) stats::add(b, stats::counter::sync_wait_ns, t);
+}
 
 void progress::wake_parked() {
   if (!parked_.load(std::memory_order_seq_cst)) return;

@@ -7,6 +7,8 @@
 namespace mdsm::stats {
 
 
+thread_local constinit activity t_activity = activity::none;
+
 namespace storage {
 thread_local constinit block* t_block = nullptr;
 std::array<std::atomic<std::uint64_t>, k_counters> g_shared{};

@@ -48,6 +48,9 @@ namespace mdsm::stats {
   X(protocol_bytes_sent, count, "coherence protocol bytes sent")                                 \
   X(handler_ns, time, "time spent running message handlers (ns)")                               \
   X(wait_ns, time, "time the application waited on remote events (ns)")                        \
+  X(sync_wait_ns, time, "of wait_ns: waits outside faults and GC (locks, barriers, messages)")   \
+  X(fault_ns, time, "time in coherent-region faults, remote fetches included (ns)")             \
+  X(gc_ns, time, "time in garbage collection, its waits included (ns)")                         \
   X(waits, count, "waits on remote events")                                                      \
   X(intervals_created, count, "intervals closed by this rank")                                   \
   X(intervals_received, count, "interval records learned from other ranks")                      \
@@ -137,6 +140,34 @@ bool is_gauge(counter c);
 
 // Zeroes every counter except gauges (which describe memory held now); peaks restart at the gauge.
 void reset();
+
+// What the calling thread is doing when it waits, so that wait time can be told apart from the
+// time a fault or a garbage collection spends waiting (both are timed as a whole): a wait counts
+// into sync_wait_ns only while the thread is in neither.
+enum class activity : std::uint8_t { none, fault, gc };
+extern thread_local constinit activity t_activity;
+
+// Marks its scope as `a` (nested scopes keep the outermost) and, when timing() is on, adds its
+// elapsed time to `c`.
+class activity_scope {
+ public:
+  activity_scope(activity a, counter c)
+      : outer_(t_activity), c_(c), start_(outer_ == activity::none && timing() ? ticks() : 0) {
+    if (outer_ == activity::none) t_activity = a;
+  }
+  ~activity_scope() {
+    if (outer_ != activity::none) return;
+    t_activity = activity::none;
+    if (start_ != 0) add(c_, ticks() - start_);
+  }
+  activity_scope(const activity_scope&) = delete;
+  activity_scope& operator=(const activity_scope&) = delete;
+
+ private:
+  activity outer_;
+  counter c_;
+  std::uint64_t start_;
+};
 
 // Adds the elapsed time of its scope to a `time` counter, when timing() is on.
 class scoped_timer {

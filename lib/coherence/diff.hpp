@@ -114,6 +114,10 @@ inline unit_buffer make_unit_buffer(std::size_t len) {
 // Pre: the ranges do not overlap.
 void copy_unit(std::byte* dst, const std::byte* src, std::size_t len);
 
+// A 64-bit hash of a unit's contents (len a multiple of 32). It tells whether a hot unit was
+// written since the last look; a collision only keeps a unit hot one stretch longer.
+std::uint64_t hash_unit(const std::byte* p, std::size_t len);
+
 // Which instruction set make_diff / apply_diff / copy_unit use (chosen once at load: the widest
 // the CPU has; avx512 means AVX-512 F, BW, VBMI and VBMI2, as on Ice Lake and Zen 4). Tests force each supported one in turn; not for concurrent use.
 enum class diff_isa { scalar, avx2, avx512 };

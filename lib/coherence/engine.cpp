@@ -7,6 +7,7 @@
 #include "stats/counters.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <map>
 
 namespace mdsm::coherence {
@@ -25,7 +26,9 @@ engine::engine(net::transport& t, net::progress& p, const region_config& cfg)
       vt_(static_cast<std::size_t>(size_)),
       store_(static_cast<std::size_t>(size_)),
       known_(static_cast<std::size_t>(size_), vector_time(static_cast<std::size_t>(size_))),
+      notices_(static_cast<std::size_t>(size_), region_.units()),
       hot_intervals_(static_cast<std::uint8_t>(cfg.hot_intervals)) {
+  hot_.bits.assign((std::size_t{region_.units()} + 63) / 64, 0);
   t.set_handler(net::channel::coherence, &engine::on_frame, this);
   g_engine = this;
   os::install_fault_handler(&engine::fault_trampoline);
@@ -61,68 +64,135 @@ vector_time engine::known_vt(int peer) {
 
 // ---- intervals -------------------------------------------------------------------------------
 
+void engine::hot_set::add(std::uint32_t u) {
+  bits[u / 64] |= std::uint64_t{1} << (u % 64);
+  runs_stale = true;
+}
+
+void engine::hot_set::remove(std::uint32_t u) {
+  bits[u / 64] &= ~(std::uint64_t{1} << (u % 64));
+  runs_stale = true;
+}
+
+const std::vector<unit_run>& engine::hot_set::current_runs() {
+  if (!runs_stale) return runs;
+  runs.clear();
+  for (std::size_t w = 0; w < bits.size(); ++w) {
+    for (std::uint64_t b = bits[w]; b != 0; b &= b - 1)
+      append_unit(runs, static_cast<std::uint32_t>(w * 64 + static_cast<std::size_t>(std::countr_zero(b))));
+  }
+  runs_stale = false;
+  return runs;
+}
+
 bool engine::close_interval_locked() {
-  if (!any_dirty_.load(std::memory_order_acquire)) return false;
+  const bool any_hot = hot_count_.load(std::memory_order_acquire) != 0;
+  if (!any_dirty_.load(std::memory_order_acquire) && !any_hot) return false;
   std::vector<std::uint32_t> units;
+  std::vector<unit_run> hot_runs;
   {
     std::lock_guard lk(dirty_mutex_);
     units.swap(dirty_);
     any_dirty_.store(false, std::memory_order_relaxed);
+    if (any_hot) hot_runs = hot_.current_runs();
   }
-  if (units.empty()) return false;
+  if (units.empty() && hot_runs.empty()) return false;
   std::sort(units.begin(), units.end());
   units.erase(std::unique(units.begin(), units.end()), units.end());
   const std::uint32_t index = vt_[static_cast<std::size_t>(rank_)] + 1;
-  std::vector<std::uint32_t> written, kept;
-  written.reserve(units.size());
+  std::vector<unit_run> written;  // units written in this interval that were not hot before it
+  std::vector<std::uint32_t> joined;
   {
     // Write-protect so that the next write is seen and lands in the next interval (the twin
     // stays, the diff is made lazily): one mprotect per run of contiguous units.
     //
-    // Except hot units (keep_writable > 0, see make_writable_locked): they stay read-write and
-    // dirty, so the next interval gets a notice for them too, written or not. That is safe
-    // because their twin stays until a diff is served, and the lazy diff covers every notice
-    // awaiting the twin: a reader that acts on a notice the unit was not written in fetches a
-    // diff that holds nothing new for it. It saves a write fault and a twin check per unit and
-    // interval (SOR rewrites its whole block every half-sweep) at the price of at most
-    // hot_intervals_ notices for a unit that stops being written.
+    // Except hot units (see make_writable_locked): they stay read-write and dirty, and are
+    // announced in every interval from now on, written or not, without being visited: their
+    // last notice is an open range, and the record takes the hot set's runs. That is safe
+    // because the twin stays until a diff is made, and a diff covers every notice awaiting the
+    // twin: a reader that acts on a notice of an interval that did not write the unit fetches a
+    // diff that holds nothing new for it. It saves a write fault, a twin check and a notice per
+    // unit and interval (SOR rewrites its whole block every half-sweep). Every hot_intervals_
+    // closes a hot unit's contents are hashed: unchanged since the last check, it is
+    // write-protected and stops being announced.
     protection_batch batch = protections();
     for (std::uint32_t u : units) {
       batch.visit(u, [&](page_entry& pe) -> unit_protection {
         if (!pe.dirty) return {pe.prot};  // its writes already went into a diff of an earlier notice
-        pe.own.push_back(own_notice{index, std::move(pe.open_pieces), pe.twin != nullptr});
-        pe.open_pieces.clear();
-        add_metadata(sizeof(own_notice));
-        written.push_back(u);
-        if (pe.keep_writable > 0 && pe.prot == os::prot::read_write && pe.twin != nullptr) {
-          --pe.keep_writable;
-          kept.push_back(u);  // stays dirty
-          return {pe.prot};
+        if (pe.hot && !pe.own.empty() && pe.own.back().open()) return {pe.prot};  // in hot_runs
+        append_unit(written, u);
+        const bool joins = pe.hot;  // became hot in this interval: its notice opens a range
+        own_notice* back = pe.own.empty() ? nullptr : &pe.own.back();
+        if (back != nullptr && back->awaiting_twin && back->pieces.empty() && pe.open_pieces.empty() &&
+            pe.twin != nullptr) {
+          back->last = joins ? own_notice::k_open : index;  // the same future diff: one range
+        } else {
+          pe.own.push_back(own_notice{index, joins ? own_notice::k_open : index, std::move(pe.open_pieces),
+                                      pe.twin != nullptr});
+          pe.open_pieces.clear();
+          add_metadata(sizeof(own_notice));
+        }
+        if (joins) {
+          pe.hot_hash = hash_unit(region_.lib_unit(u), region_.unit());
+          pe.hot_check_at = index + hot_intervals_;
+          joined.push_back(u);
+          return {pe.prot};  // stays dirty and read-write
         }
         pe.dirty = false;
-        pe.keep_writable = 0;
         return {pe.prot == os::prot::read_write ? os::prot::read : pe.prot};
       });
     }
   }
-  if (!kept.empty()) {
-    std::lock_guard lk(dirty_mutex_);
-    dirty_.insert(dirty_.end(), kept.begin(), kept.end());
-    any_dirty_.store(true, std::memory_order_release);
-  }
-  if (written.empty()) return false;
+  std::vector<unit_run> runs = hot_runs.empty() ? std::move(written) : merge_runs(written, hot_runs);
+  if (runs.empty()) return false;
+  vt_[static_cast<std::size_t>(rank_)] = index;
   last_closed_.store(index, std::memory_order_relaxed);
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> due;  // (unit, check interval)
+  {
+    std::lock_guard lk(dirty_mutex_);
+    for (std::uint32_t u : joined) {
+      hot_.add(u);
+      hot_.checks.emplace(index + hot_intervals_, u);
+    }
+    hot_count_.fetch_add(static_cast<std::uint32_t>(joined.size()), std::memory_order_relaxed);
+    for (auto it = hot_.checks.begin(); it != hot_.checks.end() && it->first <= index;) {
+      due.emplace_back(it->second, it->first);
+      it = hot_.checks.erase(it);
+    }
+  }
+  if (!due.empty()) check_hot_locked(std::move(due), index);
   auto r = std::make_shared<interval_record>();
   r->creator = static_cast<std::uint32_t>(rank_);
   r->index = index;
-  vt_[static_cast<std::size_t>(rank_)] = index;
   r->vt = vt_;
-  r->pages = std::move(written);
+  r->runs = std::move(runs);
   stats::add(stats::counter::intervals_created);
-  stats::add(stats::counter::write_notices_created, r->pages.size());
+  stats::add(stats::counter::write_notices_created, r->units());
   add_metadata(static_cast<std::int64_t>(r->footprint()));
   store_.add(std::move(r));
   return true;
+}
+
+void engine::check_hot_locked(std::vector<std::pair<std::uint32_t, std::uint32_t>> due, std::uint32_t index) {
+  std::sort(due.begin(), due.end());
+  protection_batch batch = protections();
+  for (const auto& [u, at] : due) {
+    batch.visit(u, [&](page_entry& pe) -> unit_protection {
+      if (!pe.hot || pe.hot_check_at != at) return {pe.prot};  // left the hot set since
+      const std::uint64_t h = hash_unit(region_.lib_unit(u), region_.unit());
+      if (h != pe.hot_hash) {  // written since the last check: stays hot
+        pe.hot_hash = h;
+        pe.hot_check_at = index + hot_intervals_;
+        std::lock_guard lk(dirty_mutex_);
+        hot_.checks.emplace(pe.hot_check_at, u);
+        return {pe.prot};
+      }
+      // Not written for a whole stretch: announced through this interval, then write-protected
+      // (the twin stays: the writes of the range are still only in it).
+      end_hot_locked(u, pe);
+      return {pe.prot == os::prot::read_write ? os::prot::read : pe.prot};
+    });
+  }
 }
 
 void engine::learn_locked(int origin, const vector_time& vt) {
@@ -303,39 +373,40 @@ void engine::apply_batch_locked(std::vector<record_ptr> records) {
   std::sort(records.begin(), records.end(), [](const record_ptr& x, const record_ptr& y) {
     return x->creator != y->creator ? x->creator < y->creator : x->index < y->index;
   });
-  // The new records in order, and which units each one writes, sorted by unit: every unit is
-  // then visited once, its notices appended in record order, and contiguous units invalidated
-  // by one mprotect.
   std::vector<record_ptr> fresh;
-  std::vector<std::pair<std::uint32_t, std::uint32_t>> touched;  // (unit, index in fresh)
   for (auto& r : records) {
     const std::uint32_t c = r->creator;
     if (r->index != vt_[c] + 1) continue;  // known already (or a duplicate in the batch)
     vt_[c] = r->index;
     stats::add(stats::counter::intervals_received);
-    stats::add(stats::counter::write_notices_received, r->pages.size());
-    add_metadata(static_cast<std::int64_t>(r->footprint() + r->pages.size() * sizeof(record_ptr)));
-    for (std::uint32_t u : r->pages) touched.emplace_back(u, static_cast<std::uint32_t>(fresh.size()));
+    stats::add(stats::counter::write_notices_received, r->units());
+    add_metadata(static_cast<std::int64_t>(r->footprint()));
     fresh.push_back(std::move(r));
   }
-  std::sort(touched.begin(), touched.end());
+  // Paint the notices, then visit only the units that are valid now: an invalid unit or one
+  // without a copy needs nothing more (its next fetch asks for everything the paint says it
+  // lacks). Contiguous units are invalidated with one mprotect.
+  std::vector<std::uint32_t> valid;
+  {
+    std::lock_guard lk(notices_.mutex());
+    const std::size_t before = notices_.bytes();
+    for (const auto& r : fresh) {
+      notices_.paint(r->creator, r->runs, r->index);
+      for (const unit_run& run : r->runs) notices_.valid_units(run, valid);
+    }
+    add_metadata(static_cast<std::int64_t>(notices_.bytes()) - static_cast<std::int64_t>(before));
+  }
+  std::sort(valid.begin(), valid.end());
+  valid.erase(std::unique(valid.begin(), valid.end()), valid.end());
   {
     protection_batch batch = protections();
-    for (std::size_t k = 0; k < touched.size();) {
-      const std::uint32_t u = touched[k].first;
-      std::size_t end = k;
-      while (end < touched.size() && touched[end].first == u) ++end;
+    for (std::uint32_t u : valid) {
       batch.visit(u, [&](page_entry& pe) -> unit_protection {
-        for (std::size_t t = k; t < end; ++t) {
-          const record_ptr& r = fresh[touched[t].second];
-          if (r->creator < pe.applied_through.size() && r->index <= pe.applied_through[r->creator])
-            continue;  // already in the copy
-          pe.pending.push_back(r);
-          if (pe.state == page_state::valid) pe.state = page_state::invalid;
-        }
-        return {pe.state == page_state::invalid ? os::prot::none : pe.prot};
+        if (pe.state != page_state::valid || wanted_locked(u, pe).empty()) return {pe.prot};
+        end_hot_locked(u, pe);
+        set_state_locked(u, pe, page_state::invalid);
+        return {os::prot::none};
       });
-      k = end;
     }
   }
   for (auto& r : fresh) store_.add(std::move(r));

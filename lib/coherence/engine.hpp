@@ -6,9 +6,11 @@
 //   meta_ (metadata lock)   vector time, interval store, per-peer known vector times,
 //                           incomplete acquires
 //   page locks              every page_entry (state, twin, notices, diffs)
-//   dirty_mutex_            the list of units written in the current interval
-// Lock order: meta_ -> page lock -> dirty_mutex_. No lock is held while waiting for a remote
-// event; every such wait goes through net::progress::wait_until.
+//   dirty_mutex_            the units written in the current interval, the hot set
+//   notices_.mutex()        which units other ranks' notices make out of date, which are valid
+// Lock order: meta_ -> page lock -> dirty_mutex_, and notices_.mutex() is a leaf (taken under
+// any of them, nothing taken under it). No lock is held while waiting for a remote event;
+// every such wait goes through net::progress::wait_until.
 //
 // Invariant: interval records are applied only in complete batches whose result covers the
 // required vector time of every message in the batch, so the set of intervals this rank knows
@@ -16,6 +18,7 @@
 #pragma once
 
 #include "coherence/interval.hpp"
+#include "coherence/notice_index.hpp"
 #include "coherence/page_table.hpp"
 #include "coherence/protection_batch.hpp"
 #include "coherence/region_map.hpp"
@@ -26,6 +29,7 @@
 
 #include <atomic>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -108,6 +112,8 @@ class engine {
  private:
   // engine.cpp: intervals and acquires
   bool close_interval_locked();
+  // The hot units whose check falls due at the close of interval `index`: (unit, check interval).
+  void check_hot_locked(std::vector<std::pair<std::uint32_t, std::uint32_t>> due, std::uint32_t index);
   // True if vt_ plus the records `info` carries covers its required time (no fetch needed).
   bool carried_covers_locked(const release_info& info) const;
   // If so, applies its records (a complete batch) and returns true.
@@ -120,20 +126,42 @@ class engine {
 
   // fault.cpp: page access
   enum class access { read, write, unknown };
+  // What a unit lacks from one creator: its writes in intervals (after, through].
+  struct wanted {
+    std::uint32_t creator, after, through;
+  };
   static bool fault_trampoline(const os::fault_info& f);
   bool on_fault(const os::fault_info& f);
   // Makes unit u accessible for `how`; returns false if it is not allocated.
   bool validate(std::uint32_t u, access how);
   void make_writable_locked(std::uint32_t u, page_entry& pe);
+  // Makes the lazy diff of the twin's unit (the twin is dropped, the unit write-protected, a hot
+  // stretch ends).
   void make_diff_locked(std::uint32_t u, page_entry& pe);
+  // A hot unit's diff made without stopping it: the diff of page and twin, which the twin then
+  // takes in, so the unit stays read-write, dirty and hot (a write racing with it lands either in
+  // this diff or, being a difference from the twin, in the next one).
+  void snapshot_diff_locked(std::uint32_t u, page_entry& pe);
+  // Gives diff d (may be null: nothing changed) to every notice awaiting the twin; returns whether
+  // there was one. An open range of a hot unit keeps awaiting when `snapshot` is set.
+  bool attach_diff_locked(page_entry& pe, diff_ptr d, bool snapshot);
+  // Ends a hot unit's stretch: its open notice range is closed at the newest interval closed.
+  // The caller then takes write access away (the next write must fault to be seen).
+  void end_hot_locked(std::uint32_t u, page_entry& pe);
   void set_prot_locked(std::uint32_t u, page_entry& pe, os::prot p);
+  // Changes pe.state, keeping notices_' valid bit in step.
+  void set_state_locked(std::uint32_t u, page_entry& pe, page_state s);
+  // What unit u lacks, per creator (page lock held).
+  std::vector<wanted> wanted_locked(std::uint32_t u, const page_entry& pe);
+  // If u lacks nothing, makes it valid and returns true; else marks it invalid.
+  bool settle_locked(std::uint32_t u, page_entry& pe);
   // The one place the engine changes the application view's protection (one mprotect, counted
   // in protect_calls / protect_units).
   void protect_units(std::uint32_t first, std::uint32_t count, os::prot p);
   // A batch of protection changes with one mprotect per run of contiguous units.
   protection_batch protections();
   struct fetch_result;
-  fetch_result fetch(std::uint32_t u, const std::vector<record_ptr>& notices, bool need_copy);
+  fetch_result fetch(std::uint32_t u, const std::vector<wanted>& wants, bool need_copy, std::uint32_t home_after);
   static page_state initial_state(void* ctx, std::uint32_t u);
 
   // service.cpp: protocol requests and replies
@@ -150,8 +178,9 @@ class engine {
   void serve_diff_request(const net::inbound_frame& f, bool with_copy);
   void serve_interval_request(const net::inbound_frame& f);
   void take_reply(const net::inbound_frame& f);
-  // Appends the pieces of this rank's notices `intervals` of unit u (page lock held).
-  void encode_pieces_locked(std::uint32_t u, page_entry& pe, const std::vector<std::uint32_t>& intervals,
+  // Appends the pieces of this rank's notices of unit u in intervals (after, through] (page
+  // lock held).
+  void encode_pieces_locked(std::uint32_t u, page_entry& pe, std::uint32_t after, std::uint32_t through,
                             net::byte_writer& out);
 
   void add_metadata(std::int64_t delta);
@@ -169,8 +198,10 @@ class engine {
   std::vector<vector_time> known_;  // known_[p]: newest vector time learned of (or sent to) p
   std::atomic<int> incomplete_acquires_{0};
 
+  notice_index notices_;
+
   std::mutex dirty_mutex_;
-  std::vector<std::uint32_t> dirty_;
+  std::vector<std::uint32_t> dirty_;  // written in the open interval, not hot (hot units are in hot_)
   // !dirty_.empty(), written under dirty_mutex_ (release) and read without it, so closing an
   // interval in which nothing was written (every RELEASE of a pure message protocol) takes no
   // lock. A write fault on the releasing thread sets it before the release (program order); one
@@ -178,6 +209,18 @@ class engine {
   std::atomic<bool> any_dirty_{false};
   const std::uint8_t hot_intervals_;             // region_config::hot_intervals
   std::atomic<std::uint32_t> last_closed_{0};  // index of this rank's newest closed interval
+  // The hot set: units announced in every interval without a visit (dirty_mutex_). A bit per
+  // unit, the runs they form (rebuilt at a close after a change), and when each is checked.
+  struct hot_set {
+    std::vector<std::uint64_t> bits;
+    std::vector<unit_run> runs;
+    bool runs_stale = false;
+    std::multimap<std::uint32_t, std::uint32_t> checks;  // interval -> unit (stale entries skipped)
+    void add(std::uint32_t u);
+    void remove(std::uint32_t u);
+    const std::vector<unit_run>& current_runs();
+  } hot_;
+  std::atomic<std::uint32_t> hot_count_{0};  // units in hot_ (read without the lock at close)
 
   std::mutex boxes_mutex_;
   std::unordered_map<std::uint32_t, box_ptr> boxes_;

@@ -19,7 +19,7 @@ struct engine::fetch_result {
   std::span<const std::byte> copy;  // the home's copy of the unit, pointing into `replies`
   struct piece {
     std::uint32_t creator;
-    std::vector<std::uint32_t> intervals;
+    std::uint32_t first, last;  // the creator's intervals whose writes to the unit it holds
     std::uint32_t serial;
     std::span<const std::byte> bytes;  // points into `replies`
   };
@@ -58,12 +58,48 @@ void engine::set_prot_locked(std::uint32_t u, page_entry& pe, os::prot p) {
   pe.prot = p;
 }
 
+void engine::set_state_locked(std::uint32_t u, page_entry& pe, page_state s) {
+  if ((pe.state == page_state::valid) != (s == page_state::valid)) {
+    std::lock_guard lk(notices_.mutex());
+    notices_.set_valid(u, s == page_state::valid);
+  }
+  pe.state = s;
+}
+
+std::vector<engine::wanted> engine::wanted_locked(std::uint32_t u, const page_entry& pe) {
+  std::vector<wanted> out;
+  std::lock_guard lk(notices_.mutex());
+  for (std::uint32_t c = 0; c < static_cast<std::uint32_t>(size_); ++c) {
+    if (c == static_cast<std::uint32_t>(rank_)) continue;
+    const std::uint32_t latest = notices_.latest(c, u), at = pe.applied_through_of(c);
+    if (latest > at) out.push_back(wanted{c, at, latest});
+  }
+  return out;
+}
+
+bool engine::settle_locked(std::uint32_t u, page_entry& pe) {
+  // Looking at the paint and setting the valid bit under one hold of the index's lock: an
+  // acquire painting a new notice now either comes before (we see it) or after (it sees the bit).
+  std::lock_guard lk(notices_.mutex());
+  for (std::uint32_t c = 0; c < static_cast<std::uint32_t>(size_); ++c) {
+    if (c != static_cast<std::uint32_t>(rank_) && notices_.latest(c, u) > pe.applied_through_of(c)) {
+      notices_.set_valid(u, false);
+      pe.state = page_state::invalid;
+      return false;
+    }
+  }
+  notices_.set_valid(u, true);
+  pe.state = page_state::valid;
+  return true;
+}
+
 void engine::make_writable_locked(std::uint32_t u, page_entry& pe) {
-  // Written in the interval closed last and again now, with no diff served in between (the twin
-  // still awaits): likely written in every interval, so keep it writable across the next closes.
+  // Written in the interval closed last and again now, with no diff made in between (the twin
+  // still awaits): likely written in every interval, so it becomes hot at the next close.
+  const std::uint32_t closed = last_closed_.load(std::memory_order_relaxed);
   if (pe.twin && hot_intervals_ != 0 && !pe.own.empty() && pe.own.back().awaiting_twin &&
-      pe.own.back().interval == last_closed_.load(std::memory_order_relaxed))
-    pe.keep_writable = hot_intervals_;
+      pe.own.back().last == closed)
+    pe.hot = true;
   if (!pe.twin) {
     pe.twin = make_unit_buffer(region_.unit());
     copy_unit(pe.twin.get(), region_.lib_unit(u), region_.unit());
@@ -79,32 +115,67 @@ void engine::make_writable_locked(std::uint32_t u, page_entry& pe) {
   set_prot_locked(u, pe, os::prot::read_write);
 }
 
-void engine::make_diff_locked(std::uint32_t u, page_entry& pe) {
-  MDSM_ASSERT(pe.twin != nullptr, "diff without a twin");
-  // Stop concurrent writes first: a write racing with this either lands before the protection
-  // changes (and is in the diff) or faults and waits for our page lock (and is in the next one).
-  if (pe.prot == os::prot::read_write) set_prot_locked(u, pe, os::prot::read);
-  pe.keep_writable = 0;  // the next write must fault again to be seen
-  auto bytes = make_diff(region_.lib_unit(u), pe.twin.get(), region_.unit());
-  pe.twin.reset();
-  add_metadata(-static_cast<std::int64_t>(region_.unit()));
-  diff_ptr d;
-  if (!bytes.empty()) {
-    auto made = std::make_shared<diff>();
-    made->bytes = std::move(bytes);
-    made->serial = next_diff_serial_.fetch_add(1, std::memory_order_relaxed);
-    stats::add(stats::counter::diffs_created);
-    stats::add(stats::counter::diff_bytes_created, made->bytes.size());
-    add_metadata(static_cast<std::int64_t>(made->footprint()));
-    d = std::move(made);
+void engine::end_hot_locked(std::uint32_t u, page_entry& pe) {
+  if (!pe.hot) return;
+  pe.hot = false;
+  if (pe.own.empty() || !pe.own.back().open()) return;  // became hot in the open interval: not in hot_ yet
+  own_notice& range = pe.own.back();
+  const std::uint32_t closed = last_closed_.load(std::memory_order_relaxed);
+  std::lock_guard lk(dirty_mutex_);
+  hot_.remove(u);
+  hot_count_.fetch_sub(1, std::memory_order_relaxed);
+  if (range.first <= closed) {
+    // Announced through the newest close. Writes since then are in the page and go into the
+    // next diff of the twin, which this (awaiting) range gets: whoever learns of the open
+    // interval learns of the range too and fetches that diff (as when a diff is made while an
+    // interval is open, make_diff_locked). So the unit is not dirty now.
+    range.last = closed;
+    pe.dirty = false;
+  } else {
+    // Opened after the newest close (a snapshot split the range): nothing announced yet, its
+    // pieces hold writes of the open interval. Back to the ordinary path: a notice at the close.
+    pe.open_pieces.insert(pe.open_pieces.begin(), std::make_move_iterator(range.pieces.begin()),
+                          std::make_move_iterator(range.pieces.end()));
+    pe.own.pop_back();
+    add_metadata(-static_cast<std::int64_t>(sizeof(own_notice)));
+    pe.dirty = true;
+    dirty_.push_back(u);
+    any_dirty_.store(true, std::memory_order_release);
   }
+}
+
+bool engine::attach_diff_locked(page_entry& pe, diff_ptr d, bool snapshot) {
   bool attached = false;
   for (auto n = pe.own.rbegin(); n != pe.own.rend() && n->awaiting_twin; ++n) {  // the awaiting suffix
     if (d) n->pieces.push_back(d);
-    n->awaiting_twin = false;
     attached = true;
+    if (!(snapshot && n->open())) n->awaiting_twin = false;
   }
-  if (attached) {
+  return attached;
+}
+
+namespace {
+diff_ptr make_piece(diff_bytes bytes, std::atomic<std::uint32_t>& next_serial) {
+  if (bytes.empty()) return nullptr;
+  auto made = std::make_shared<diff>();
+  made->bytes = std::move(bytes);
+  made->serial = next_serial.fetch_add(1, std::memory_order_relaxed);
+  stats::add(stats::counter::diffs_created);
+  stats::add(stats::counter::diff_bytes_created, made->bytes.size());
+  return made;
+}
+}  // namespace
+
+void engine::make_diff_locked(std::uint32_t u, page_entry& pe) {
+  MDSM_ASSERT(pe.twin != nullptr, "diff without a twin");
+  end_hot_locked(u, pe);
+  // Stop concurrent writes first: a write racing with this either lands before the protection
+  // changes (and is in the diff) or faults and waits for our page lock (and is in the next one).
+  if (pe.prot == os::prot::read_write) set_prot_locked(u, pe, os::prot::read);
+  diff_ptr d = make_piece(make_diff(region_.lib_unit(u), pe.twin.get(), region_.unit()), next_diff_serial_);
+  pe.twin.reset();
+  add_metadata(-static_cast<std::int64_t>(region_.unit()) + (d ? static_cast<std::int64_t>(d->footprint()) : 0));
+  if (attach_diff_locked(pe, d, false)) {
     // The diff also holds this interval's writes so far; every rank that will learn of this
     // interval knows the earlier one too and fetches this diff, so no notice is needed for them.
     pe.dirty = false;
@@ -114,23 +185,51 @@ void engine::make_diff_locked(std::uint32_t u, page_entry& pe) {
   }
 }
 
-engine::fetch_result engine::fetch(std::uint32_t u, const std::vector<record_ptr>& notices, bool need_copy) {
-  std::map<std::uint32_t, std::vector<std::uint32_t>> by_creator;
-  for (const auto& r : notices) by_creator[r->creator].push_back(r->index);
-  const int home = region_.home_of(u);
-  if (need_copy) by_creator[static_cast<std::uint32_t>(home)];
+void engine::snapshot_diff_locked(std::uint32_t u, page_entry& pe) {
+  MDSM_ASSERT(pe.hot && pe.twin != nullptr, "a snapshot diff is made of hot units only");
+  std::byte* twin = pe.twin.get();
+  diff_ptr d = make_piece(make_diff(region_.lib_unit(u), twin, region_.unit()), next_diff_serial_);
+  // The twin takes in exactly the words the diff carries (not the page again: a word written
+  // since the compare must stay different from the twin, to be in the next diff).
+  if (d) {
+    apply_diff(twin, region_.unit(), d->bytes);
+    add_metadata(static_cast<std::int64_t>(d->footprint()));
+  }
+  const std::uint32_t closed = last_closed_.load(std::memory_order_relaxed);
+  const bool split = !pe.own.empty() && pe.own.back().open() && pe.own.back().first <= closed;
+  if (split) {
+    // The open range ends at the newest close with this diff; a new one starts after it. Writes
+    // of the open interval made before the diff are in it, which anyone learning of the open
+    // interval fetches as well (they learn of the closed range too), as in make_diff_locked.
+    pe.own.back().last = closed;
+  }
+  if (!attach_diff_locked(pe, d, true) && d) pe.open_pieces.push_back(d);
+  if (split) {
+    pe.own.push_back(own_notice{closed + 1, own_notice::k_open, {}, true});
+    add_metadata(sizeof(own_notice));
+  }
+}
+
+engine::fetch_result engine::fetch(std::uint32_t u, const std::vector<wanted>& wants, bool need_copy,
+                                   std::uint32_t home_after) {
+  const auto home = static_cast<std::uint32_t>(region_.home_of(u));
+  struct ask {
+    std::uint32_t creator, after, through;
+    bool copy;
+  };
+  std::vector<ask> asks;
+  for (const wanted& w : wants) asks.push_back(ask{w.creator, w.after, w.through, need_copy && w.creator == home});
+  if (need_copy && std::none_of(asks.begin(), asks.end(), [&](const ask& a) { return a.copy; }))
+    asks.push_back(ask{home, home_after, home_after, true});  // the copy only: an empty range
   std::vector<box_ptr> boxes;
-  for (auto& [creator, intervals] : by_creator) {
-    MDSM_ASSERT(static_cast<int>(creator) != rank_, "fetching from oneself");
+  for (const ask& a : asks) {
+    MDSM_ASSERT(static_cast<int>(a.creator) != rank_, "fetching from oneself");
     auto box = std::make_shared<reply_box>();
     const std::uint32_t token = register_box(box);
-    net::byte_writer out;
-    out.put(u);
-    out.put(static_cast<std::uint32_t>(intervals.size()));
-    out.put_array<std::uint32_t>(intervals);
-    const bool copy = need_copy && static_cast<int>(creator) == home;
-    stats::add(copy ? stats::counter::page_requests : stats::counter::diff_requests);
-    send_protocol(static_cast<int>(creator), copy ? op_copy_request : op_diff_request, token, out.bytes());
+    const std::uint32_t request[3] = {u, a.after, a.through};
+    stats::add(a.copy ? stats::counter::page_requests : stats::counter::diff_requests);
+    send_protocol(static_cast<int>(a.creator), a.copy ? op_copy_request : op_diff_request, token,
+                  std::as_bytes(std::span<const std::uint32_t>(request)));
     boxes.push_back(std::move(box));
   }
   // All writers are asked at once; wait for every reply.
@@ -138,11 +237,12 @@ engine::fetch_result engine::fetch(std::uint32_t u, const std::vector<record_ptr
     return std::all_of(boxes.begin(), boxes.end(), [](const box_ptr& b) { return b->ready.load(std::memory_order_acquire); });
   });
   fetch_result res;
-  for (auto& box : boxes) {
+  for (std::size_t k = 0; k < boxes.size(); ++k) {
+    auto& box = boxes[k];
     net::byte_reader in(box->data);
     if (in.get<std::uint32_t>() != u) net::byte_reader::malformed("reply for another unit");
     const std::uint32_t creator = static_cast<std::uint32_t>(box->source);
-    if (need_copy && box->source == home) {
+    if (asks[k].copy) {
       if (in.get<std::uint8_t>() == 0) {
         res.allocated = false;
         continue;
@@ -153,7 +253,9 @@ engine::fetch_result engine::fetch(std::uint32_t u, const std::vector<record_ptr
     for (std::uint32_t i = 0; i < count; ++i) {
       fetch_result::piece p;
       p.creator = creator;
-      in.get_array(in.get<std::uint32_t>(), p.intervals);
+      p.first = in.get<std::uint32_t>();
+      p.last = in.get<std::uint32_t>();
+      if (p.first == 0 || p.last < p.first) net::byte_reader::malformed("piece with an empty interval range");
       p.serial = in.get<std::uint32_t>();
       p.bytes = in.get_bytes(in.get<std::uint32_t>());
       res.pieces.push_back(std::move(p));
@@ -185,22 +287,54 @@ bool engine::validate(std::uint32_t u, access how) {
       });
       continue;
     }
+    const std::vector<wanted> wants = wanted_locked(u, pe);
+    const bool need_copy = pe.state == page_state::no_copy;
+    if (wants.empty() && !need_copy) {
+      // Out of date no more (a piece applied meanwhile covered the notices).
+      if (!settle_locked(u, pe)) continue;
+      if (how == access::write) make_writable_locked(u, pe);
+      else set_prot_locked(u, pe, os::prot::read);
+      return true;
+    }
     pe.fetching = true;
     // Save this rank's own modifications before others' are applied on top of them.
     if (pe.twin) make_diff_locked(u, pe);
-    const std::vector<record_ptr> snapshot = pe.pending;
-    const bool need_copy = pe.state == page_state::no_copy;
+    const std::uint32_t home_after = pe.applied_through_of(static_cast<std::uint32_t>(region_.home_of(u)));
     lk.unlock();
 
     fetch_result res;
     try {
-      res = fetch(u, snapshot, need_copy);
+      res = fetch(u, wants, need_copy, home_after);
     } catch (...) {
       lk.lock();
       pe.fetching = false;
       ++pe.fetch_generation;
       throw;
     }
+    // Apply in an order consistent with happened-before: each piece at the vector-time sum of
+    // the first interval it holds that this fetch asked for, then by creator and serial.
+    struct step {
+      std::uint64_t sum;
+      std::uint32_t creator;
+      std::uint32_t serial;
+      std::size_t piece;
+    };
+    std::vector<step> order;
+    {
+      std::lock_guard meta(meta_);
+      for (std::size_t p = 0; p < res.pieces.size(); ++p) {
+        const auto& piece = res.pieces[p];
+        std::uint32_t asked = piece.first;
+        for (const wanted& w : wants)
+          if (w.creator == piece.creator) asked = std::max(asked, w.after + 1);
+        const record_ptr r = store_.find(piece.creator, asked);
+        order.push_back(step{r ? r->vt.sum() : 0, piece.creator, piece.serial, p});
+      }
+    }
+    std::sort(order.begin(), order.end(), [](const step& a, const step& b) {
+      if (a.sum != b.sum) return a.sum < b.sum;
+      return a.creator != b.creator ? a.creator < b.creator : a.serial < b.serial;
+    });
 
     lk.lock();
     pe.fetching = false;
@@ -220,44 +354,10 @@ bool engine::validate(std::uint32_t u, access how) {
     }
     std::byte* page = region_.lib_unit(u);
     if (need_copy) copy_unit(page, res.copy.data(), region_.unit());
-    // Apply in an order consistent with happened-before: each piece at the smallest vector-time
-    // sum of the snapshot's notices it holds, then by creator and serial. (Sorted lookups: a
-    // rank that was away for many intervals can get many notices and pieces at once.)
-    struct notice_key {
-      std::uint32_t creator, index;
-      std::uint64_t sum;
-    };
-    std::vector<notice_key> keys;
-    keys.reserve(snapshot.size());
-    for (const auto& r : snapshot) keys.push_back(notice_key{r->creator, r->index, r->vt.sum()});
-    auto key_less = [](const notice_key& a, const notice_key& b) {
-      return a.creator != b.creator ? a.creator < b.creator : a.index < b.index;
-    };
-    std::sort(keys.begin(), keys.end(), key_less);
-    struct step {
-      std::uint64_t sum;
-      std::uint32_t creator;
-      std::uint32_t serial;
-      std::size_t piece;
-    };
-    std::vector<step> order;
-    for (std::size_t p = 0; p < res.pieces.size(); ++p) {
-      const auto& piece = res.pieces[p];
-      std::uint64_t sum = ~std::uint64_t{0};
-      for (std::uint32_t i : piece.intervals) {
-        auto it = std::lower_bound(keys.begin(), keys.end(), notice_key{piece.creator, i, 0}, key_less);
-        if (it != keys.end() && it->creator == piece.creator && it->index == i) sum = std::min(sum, it->sum);
-      }
-      if (sum != ~std::uint64_t{0}) order.push_back(step{sum, piece.creator, piece.serial, p});
-    }
-    std::sort(order.begin(), order.end(), [](const step& a, const step& b) {
-      if (a.sum != b.sum) return a.sum < b.sum;
-      return a.creator != b.creator ? a.creator < b.creator : a.serial < b.serial;
-    });
     if (pe.applied_through.empty()) pe.applied_through.assign(static_cast<std::size_t>(size_), 0);
     for (const step& s : order) {
       const auto& piece = res.pieces[s.piece];
-      // ... and an earlier fetch (for an earlier interval it also covers) may have applied it.
+      // An earlier fetch (for an earlier interval it also covers) may have applied it.
       auto seen = std::find_if(pe.applied.begin(), pe.applied.end(), [&](const auto& e) { return e.first == s.creator; });
       if (seen == pe.applied.end()) seen = pe.applied.insert(pe.applied.end(), {s.creator, 0});
       if (s.serial <= seen->second) continue;
@@ -265,25 +365,19 @@ bool engine::validate(std::uint32_t u, access how) {
       apply_diff(page, region_.unit(), piece.bytes);
       stats::add(stats::counter::diffs_applied);
       stats::add(stats::counter::diff_bytes_applied, piece.bytes.size());
-      // The creator's pieces form contiguous groups of its intervals, and every earlier group was
-      // applied before or in this fetch (known intervals are downward closed), so everything up
-      // to the newest interval this piece covers is now in the copy.
+      // A piece holds every write of its creator to this unit in [first, last], and the
+      // creator's earlier pieces were applied before or in this fetch (known intervals are
+      // downward closed), so everything up to `last` is now in the copy.
       auto& through = pe.applied_through[piece.creator];
-      through = std::max(through, *std::max_element(piece.intervals.begin(), piece.intervals.end()));
+      through = std::max(through, piece.last);
     }
-    // Notices that arrived during the fetch stay pending; the loop fetches them next. Those that
-    // arrived meanwhile but are covered by an applied piece are done as well.
-    const std::size_t before = pe.pending.size();
-    std::erase_if(pe.pending, [&](const record_ptr& r) {
-      return r->index <= pe.applied_through[r->creator] ||
-             std::binary_search(keys.begin(), keys.end(), notice_key{r->creator, r->index, 0}, key_less);
-    });
-    add_metadata(-static_cast<std::int64_t>((before - pe.pending.size()) * sizeof(record_ptr)));
-    if (!pe.pending.empty()) {
-      pe.state = page_state::invalid;
-      continue;
+    // Every writer served all of its writes in the range asked for.
+    for (const wanted& w : wants) {
+      auto& through = pe.applied_through[w.creator];
+      through = std::max(through, w.through);
     }
-    pe.state = page_state::valid;
+    // Notices that arrived during the fetch are still wanted; the loop fetches them next.
+    if (!settle_locked(u, pe)) continue;
     // A write fault (x86 tells; `++*p` is one) twins the copy just made and opens it read-write
     // at once: one mprotect instead of read-only now and a second fault to open it.
     if (how == access::write) make_writable_locked(u, pe);
@@ -339,9 +433,9 @@ void engine::units_allocated(std::uint32_t first, std::uint32_t count) {
   for (std::uint32_t u = first; u < first + count; ++u) {
     batch.visit(u, [&](page_entry& pe) -> unit_protection {
       if (pe.state == page_state::unallocated) {
-        pe.state = pe.pending.empty() ? page_state::valid : page_state::invalid;
         pe.prot = os::prot::read;  // what the application view has now
-        return {pe.state == page_state::invalid ? os::prot::none : os::prot::read};
+        const bool valid = settle_locked(u, pe);
+        return {valid ? os::prot::read : os::prot::none};
       }
       const os::prot keep = pe.prot;  // not ours to change: restore it
       pe.prot = os::prot::read;
@@ -355,7 +449,9 @@ void engine::units_freed(std::uint32_t first, std::uint32_t count) {
   for (std::uint32_t u = first; u < first + count; ++u) {
     batch.visit(u, [&](page_entry& pe) -> unit_protection {
       // Notices, twin and diffs stay: other ranks may still ask for this rank's writes.
-      if (pe.state != page_state::unallocated && pe.state != page_state::no_copy) pe.state = page_state::unallocated;
+      end_hot_locked(u, pe);
+      if (pe.state != page_state::unallocated && pe.state != page_state::no_copy)
+        set_state_locked(u, pe, page_state::unallocated);
       return {os::prot::none};
     });
   }

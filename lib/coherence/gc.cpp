@@ -47,25 +47,28 @@ void engine::gc() {
   }
   if (!infos.empty()) wait_acquire(begin_acquire(std::move(infos)));
 
-  // 2. Put every modification of ours into a diff (so copies can be dropped safely), drop
-  //    copies with pending notices unless we are the home, and bring home units up to date.
+  // 2. Put every modification of ours into a diff (so copies can be dropped safely; hot units
+  //    stop being hot), drop copies that lack writes unless we are the home, and bring home
+  //    units up to date.
   std::vector<std::uint32_t> to_validate, to_drop;
   pages_.for_each([&](std::uint32_t u, page_entry& pe) {
     if (pe.twin) make_diff_locked(u, pe);
-    if (pe.pending.empty()) return;
+    if (wanted_locked(u, pe).empty()) return;
     if (region_.home_of(u) == rank_ && pe.state != page_state::unallocated) to_validate.push_back(u);
     else to_drop.push_back(u);
   });
   {
     // Dropped copies lose their protection and their memory with one mprotect and one madvise
-    // per run of contiguous units.
+    // per run of contiguous units. The copy fetched from the home next time holds every write up
+    // to G, so nothing up to G is wanted for them any more.
     protection_batch batch = protections();
     for (std::uint32_t u : to_drop) {
       batch.visit(u, [&](page_entry& pe) -> unit_protection {
-        add_metadata(-static_cast<std::int64_t>(pe.pending.size() * sizeof(record_ptr)));
-        pe.pending.clear();
+        if (pe.applied_through.empty()) pe.applied_through.assign(static_cast<std::size_t>(size_), 0);
+        for (std::size_t c = 0; c < pe.applied_through.size(); ++c)
+          pe.applied_through[c] = std::max(pe.applied_through[c], g[c]);
         if (pe.state != page_state::invalid && pe.state != page_state::valid) return {pe.prot};
-        pe.state = page_state::no_copy;
+        set_state_locked(u, pe, page_state::no_copy);
         return {os::prot::none, true};
       });
     }
@@ -83,19 +86,25 @@ void engine::gc() {
     freed += store_.collect(g);
     for (auto& k : known_) k.merge(g);
   }
+  {
+    std::lock_guard lk(notices_.mutex());
+    const std::size_t before = notices_.bytes();
+    notices_.forget_through(g);
+    freed += before - notices_.bytes();
+  }
+  const std::uint32_t mine_g = g[static_cast<std::size_t>(rank_)];
+  const std::uint32_t closed = last_closed_.load(std::memory_order_relaxed);
   pages_.for_each([&](std::uint32_t, page_entry& pe) {
     std::set<const diff*> dropped, kept;
+    auto collected = [&](const own_notice& n) { return n.last_closed(closed) <= mine_g && !n.open(); };
     for (const auto& n : pe.own)
-      for (const auto& d : n.pieces) (n.interval <= g[static_cast<std::size_t>(rank_)] ? dropped : kept).insert(d.get());
+      for (const auto& d : n.pieces) (collected(n) ? dropped : kept).insert(d.get());
     for (const auto& d : pe.open_pieces) kept.insert(d.get());
     for (const diff* d : dropped)
       if (!kept.count(d)) freed += d->footprint();
     const std::size_t own_before = pe.own.size();
-    std::erase_if(pe.own, [&](const own_notice& n) { return n.interval <= g[static_cast<std::size_t>(rank_)]; });
+    std::erase_if(pe.own, collected);
     freed += (own_before - pe.own.size()) * sizeof(own_notice);
-    const std::size_t pending_before = pe.pending.size();
-    std::erase_if(pe.pending, [&](const record_ptr& r) { return r->index <= g[r->creator]; });
-    freed += (pending_before - pe.pending.size()) * sizeof(record_ptr);
   });
   add_metadata(-static_cast<std::int64_t>(freed));
   stats::add(stats::counter::gc_runs);

@@ -1,16 +1,46 @@
 #include "coherence/interval.hpp"
 
+#include <algorithm>
+#include <iterator>
+
 namespace mdsm::coherence {
+
+std::vector<unit_run> merge_runs(const std::vector<unit_run>& a, const std::vector<unit_run>& b) {
+  std::vector<unit_run> out;
+  out.reserve(a.size() + b.size());
+  std::size_t i = 0, j = 0;
+  while (i < a.size() || j < b.size()) {
+    const unit_run r = j == b.size() || (i < a.size() && a[i].first < b[j].first) ? a[i++] : b[j++];
+    if (!out.empty() && out.back().end() >= r.first) {
+      out.back().count = std::max(out.back().end(), r.end()) - out.back().first;
+    } else {
+      out.push_back(r);
+    }
+  }
+  return out;
+}
+
+std::size_t interval_record::units() const {
+  std::size_t n = 0;
+  for (const unit_run& r : runs) n += r.count;
+  return n;
+}
+
+bool interval_record::contains(std::uint32_t unit) const {
+  auto it = std::upper_bound(runs.begin(), runs.end(), unit,
+                             [](std::uint32_t u, const unit_run& r) { return u < r.first; });
+  return it != runs.begin() && unit < std::prev(it)->end();
+}
 
 void interval_record::encode(net::byte_writer& out) const {
   out.put(creator);
   out.put(index);
   vt.encode(out);
-  out.put(static_cast<std::uint32_t>(pages.size()));
-  out.put_array<std::uint32_t>(pages);
+  out.put(static_cast<std::uint32_t>(runs.size()));
+  out.put_array<unit_run>(runs);
 }
 
-record_ptr interval_record::decode(net::byte_reader& in, std::size_t ranks, std::uint32_t page_limit) {
+record_ptr interval_record::decode(net::byte_reader& in, std::size_t ranks, std::uint32_t unit_limit) {
   auto r = std::make_shared<interval_record>();
   r->creator = in.get<std::uint32_t>();
   r->index = in.get<std::uint32_t>();
@@ -19,10 +49,13 @@ record_ptr interval_record::decode(net::byte_reader& in, std::size_t ranks, std:
   r->vt = vector_time::decode(in, ranks);
   if (r->vt[r->creator] != r->index) net::byte_reader::malformed("interval vector time disagrees with its index");
   auto n = in.get<std::uint32_t>();
-  in.get_array(n, r->pages);
-  for (std::size_t i = 0; i < r->pages.size(); ++i) {
-    if (r->pages[i] >= page_limit) net::byte_reader::malformed("write notice for a page outside the region");
-    if (i > 0 && r->pages[i] <= r->pages[i - 1]) net::byte_reader::malformed("write notices not sorted");
+  in.get_array(n, r->runs);
+  for (std::size_t i = 0; i < r->runs.size(); ++i) {
+    const unit_run& run = r->runs[i];
+    if (run.count == 0) net::byte_reader::malformed("empty run of write notices");
+    if (run.first >= unit_limit || run.count > unit_limit - run.first)
+      net::byte_reader::malformed("write notice for a unit outside the region");
+    if (i > 0 && run.first <= r->runs[i - 1].end()) net::byte_reader::malformed("write notices not sorted");
   }
   return r;
 }

@@ -1,8 +1,12 @@
 // Interval records and the store that holds them.
 //
 // An interval record = (creator, index, the creator's vector time when it closed the interval,
-// write notices = the coherence units written in it). Records are immutable once made and
-// shared by pointer between the store, messages and page tables.
+// write notices = the coherence units written in it, as runs of contiguous units). Records are
+// immutable once made and shared by pointer between the store and messages.
+//
+// Notices are runs because programs write runs: a grid's block, a matrix's rows. A record's size
+// (in memory and on the wire) and the work of applying it then grow with the number of runs, not
+// with the number of units written (SOR rewrites 4096 contiguous pages per half-sweep: one run).
 #pragma once
 
 #include "coherence/vector_time.hpp"
@@ -13,18 +17,38 @@
 
 namespace mdsm::coherence {
 
+// Units [first, first + count).
+struct unit_run {
+  std::uint32_t first;
+  std::uint32_t count;
+  std::uint32_t end() const { return first + count; }
+  bool operator==(const unit_run&) const = default;
+};
+
+// Appends unit u (greater than every unit appended before) to a list of runs.
+inline void append_unit(std::vector<unit_run>& runs, std::uint32_t u) {
+  if (!runs.empty() && runs.back().end() == u) ++runs.back().count;
+  else runs.push_back(unit_run{u, 1});
+}
+
+// The union of two lists of sorted, disjoint runs, as sorted runs with adjacent ones joined.
+std::vector<unit_run> merge_runs(const std::vector<unit_run>& a, const std::vector<unit_run>& b);
+
 struct interval_record {
   std::uint32_t creator;
-  std::uint32_t index;               // 1-based; vt[creator] == index
-  vector_time vt;                    // creator's vector time at closing
-  std::vector<std::uint32_t> pages;  // write notices: sorted, unique coherence-unit numbers
+  std::uint32_t index;          // 1-based; vt[creator] == index
+  vector_time vt;               // creator's vector time at closing
+  std::vector<unit_run> runs;   // write notices: sorted, non-empty, disjoint, not adjacent
 
+  std::size_t units() const;                // number of units written
+  bool contains(std::uint32_t unit) const;  // binary search
   void encode(net::byte_writer& out) const;
-  // Validates everything: creator < ranks, index >= 1, vt[creator] == index, pages < page_limit.
+  // Validates everything: creator < ranks, index >= 1, vt[creator] == index, runs non-empty,
+  // sorted, disjoint, not adjacent and below unit_limit.
   static std::shared_ptr<const interval_record> decode(net::byte_reader& in, std::size_t ranks,
-                                                       std::uint32_t page_limit);
+                                                       std::uint32_t unit_limit);
   // Bytes this record accounts for in the metadata statistics.
-  std::size_t footprint() const { return sizeof(*this) + vt.size() * 4 + pages.size() * 4; }
+  std::size_t footprint() const { return sizeof(*this) + vt.size() * 4 + runs.size() * sizeof(unit_run); }
 };
 
 using record_ptr = std::shared_ptr<const interval_record>;

@@ -28,49 +28,68 @@ namespace mdsm::coherence {
 
 enum class page_state : std::uint8_t { unallocated, no_copy, invalid, valid };
 
-// A write notice of this rank's own interval for one unit, with the diff pieces that hold its
-// modifications. While `awaiting_twin` is set, some of them are still only in the twin: the
-// next diff made from the twin belongs to this notice (and to every other awaiting one).
+// This rank's write notices for one unit: a range of its own intervals [first, last] whose writes
+// to the unit are held by `pieces` (diffs), plus the twin while `awaiting_twin` (the next diff made
+// from the twin belongs to every awaiting notice). Consecutive notices that would get the same
+// pieces are one range: a unit rewritten in every interval and never requested costs one entry,
+// not one per interval. A range may include intervals that did not write the unit (a notice
+// holds *all* of the unit's writes in its range, which is what a requester asks for).
+//
+// A hot unit (page_entry::hot) is announced in every interval while it stays writable; its last
+// notice is open: last == k_open stands for "through the newest interval closed", so closing an
+// interval does not touch it.
 struct own_notice {
-  std::uint32_t interval;
+  static constexpr std::uint32_t k_open = ~std::uint32_t{0};
+  std::uint32_t first;
+  std::uint32_t last;
   std::vector<diff_ptr> pieces;
   bool awaiting_twin;
+  bool open() const { return last == k_open; }
+  // `last` with an open range resolved against the newest interval closed.
+  std::uint32_t last_closed(std::uint32_t newest_closed) const { return open() ? newest_closed : last; }
 };
 
 struct page_entry {
   page_state state = page_state::unallocated;
   os::prot prot = os::prot::none;  // the application view's protection of this unit
-  bool dirty = false;              // written in the current (open) interval (or kept writable)
-  // Interval closes left during which this unit stays read-write instead of being
-  // write-protected: a unit written in consecutive intervals is assumed written in the next ones
-  // too (engine::close_interval_locked explains why that is safe).
-  std::uint8_t keep_writable = 0;
+  bool dirty = false;              // written in the current (open) interval (hot units: always)
+  // Hot: written in consecutive intervals, so kept read-write and announced in every interval
+  // (engine::close_interval_locked explains why that is safe). Pre: twin, prot read_write, and
+  // own.back() is open once an interval closed with the unit hot.
+  bool hot = false;
   bool fetching = false;           // a thread is fetching this unit's diffs or copy
   std::uint32_t fetch_generation = 0;
+  std::uint32_t hot_check_at = 0;  // interval at whose close a hot unit is checked for writes
+  std::uint64_t hot_hash = 0;      // contents' hash at the last check
   unit_buffer twin;
-  std::vector<record_ptr> pending;        // other ranks' write notices not yet applied
   // This rank's write notices (until collected), in increasing interval order. The ones still
   // awaiting the twin form a suffix (a diff ends the wait of all of them at once), and each diff
-  // belongs to a contiguous range of them, so lookups never scan the list: it grows with every
-  // interval that wrote the unit until the next garbage collection.
+  // belongs to a contiguous range of them, so lookups never scan the list.
   std::vector<own_notice> own;
   std::vector<diff_ptr> open_pieces;      // diffs of current-interval writes made before it closed
   // A lazy diff holds the writes of every interval that awaited its twin, so one piece can cover
   // intervals this rank learns of only later; applying it a second time would undo writes made
   // since (by this rank or applied from others; litmus 26, 27). Two guards, per creator:
   // applied_through[c]: every write c made to this unit in intervals up to this index is in the
-  //   copy (empty: none yet); notices it covers do not invalidate the unit, saving the fetch.
+  //   copy (empty: none yet). The unit is out of date iff some creator's newest known notice
+  //   (notice_index::latest) is newer.
   std::vector<std::uint32_t> applied_through;
   // applied: (creator, newest diff serial applied). Pieces of one creator are made in serial
   //   order, so a piece that a fetch brings back anyway is never applied twice.
   std::vector<std::pair<std::uint32_t, std::uint32_t>> applied;
 
-  // Index in `own` of the notice of `interval`, or own.size() if this rank did not write the
-  // unit in that interval (or it was collected).
-  std::size_t own_index(std::uint32_t interval) const {
-    auto it = std::lower_bound(own.begin(), own.end(), interval,
-                               [](const own_notice& n, std::uint32_t i) { return n.interval < i; });
-    return it != own.end() && it->interval == interval ? static_cast<std::size_t>(it - own.begin()) : own.size();
+  std::uint32_t applied_through_of(std::uint32_t creator) const {
+    return creator < applied_through.size() ? applied_through[creator] : 0;
+  }
+  // Indices [begin, end) in `own` of the notices overlapping intervals (after, through].
+  std::pair<std::size_t, std::size_t> own_overlapping(std::uint32_t after, std::uint32_t through,
+                                                      std::uint32_t newest_closed) const {
+    auto b = std::lower_bound(own.begin(), own.end(), after + 1, [&](const own_notice& n, std::uint32_t i) {
+      return n.last_closed(newest_closed) < i;
+    });
+    auto e = b;
+    while (e != own.end() && e->first <= through) ++e;
+    return {static_cast<std::size_t>(b - own.begin()), static_cast<std::size_t>(e - own.begin())};
   }
 };
 

@@ -6,6 +6,7 @@
 #include "stats/counters.hpp"
 
 #include <algorithm>
+#include <tuple>
 
 namespace mdsm::coherence {
 
@@ -37,33 +38,31 @@ void engine::on_frame(void* ctx, const net::inbound_frame& f) {
   }
 }
 
-void engine::encode_pieces_locked(std::uint32_t u, page_entry& pe, const std::vector<std::uint32_t>& intervals,
+void engine::encode_pieces_locked(std::uint32_t u, page_entry& pe, std::uint32_t after, std::uint32_t through,
                                   net::byte_writer& out) {
   // Diffs are made lazily: if a requested notice still has writes only in the twin, make the
-  // diff now (it becomes part of every notice awaiting the twin).
-  if (!pe.own.empty() && pe.own.back().awaiting_twin) {
-    for (std::uint32_t i : intervals) {
-      const std::size_t k = pe.own_index(i);
-      if (k < pe.own.size() && pe.own[k].awaiting_twin) {
-        make_diff_locked(u, pe);
-        break;
-      }
-    }
+  // diff now (it becomes part of every notice awaiting the twin). A hot unit keeps being
+  // written: its diff is a snapshot, and it stays writable.
+  auto [b, e] = pe.own_overlapping(after, through, last_closed_.load(std::memory_order_relaxed));
+  if (std::any_of(pe.own.begin() + static_cast<std::ptrdiff_t>(b), pe.own.begin() + static_cast<std::ptrdiff_t>(e),
+                  [](const own_notice& n) { return n.awaiting_twin; })) {
+    if (pe.hot && pe.prot == os::prot::read_write) snapshot_diff_locked(u, pe);
+    else make_diff_locked(u, pe);
   }
-  // Each distinct piece of the requested intervals once (in creation order), with EVERY interval
-  // it belongs to (a lazy diff holds the writes of all intervals that awaited its twin, including
-  // ones the requester has not heard of yet): the requester records them so that it never
-  // applies the piece again when it learns of those intervals (page_entry::applied_through).
+  const std::uint32_t closed = last_closed_.load(std::memory_order_relaxed);
+  std::tie(b, e) = pe.own_overlapping(after, through, closed);
+  // Each distinct piece of the requested notices once (in creation order), with the range of
+  // EVERY interval it holds writes of (a lazy diff holds the writes of all intervals that awaited
+  // its twin, including ones the requester has not heard of yet): the requester records it so
+  // that it never applies the piece again when it learns of those intervals
+  // (page_entry::applied_through).
   struct found {
     const diff* d;
     std::size_t notice;  // index in pe.own of one notice holding it
   };
   std::vector<found> pieces;
-  for (std::uint32_t i : intervals) {
-    const std::size_t k = pe.own_index(i);
-    if (k == pe.own.size()) continue;  // no writes of ours to this unit in that interval
+  for (std::size_t k = b; k < e; ++k)
     for (const auto& d : pe.own[k].pieces) pieces.push_back(found{d.get(), k});
-  }
   std::sort(pieces.begin(), pieces.end(), [](const found& a, const found& b) { return a.d->serial < b.d->serial; });
   pieces.erase(std::unique(pieces.begin(), pieces.end(), [](const found& a, const found& b) { return a.d == b.d; }),
                pieces.end());
@@ -76,8 +75,9 @@ void engine::encode_pieces_locked(std::uint32_t u, page_entry& pe, const std::ve
     std::size_t first = f.notice, last = f.notice;
     while (first > 0 && holds(first - 1, f.d)) --first;
     while (last + 1 < pe.own.size() && holds(last + 1, f.d)) ++last;
-    out.put(static_cast<std::uint32_t>(last - first + 1));
-    for (std::size_t k = first; k <= last; ++k) out.put(pe.own[k].interval);
+    out.put(pe.own[first].first);
+    // An open range holds the piece for its closed part so far; it is never asked for more.
+    out.put(std::max(pe.own[first].first, pe.own[last].last_closed(closed)));
     out.put(f.d->serial);
     out.put(static_cast<std::uint32_t>(f.d->bytes.size()));
     out.put_bytes(f.d->bytes);
@@ -87,10 +87,12 @@ void engine::encode_pieces_locked(std::uint32_t u, page_entry& pe, const std::ve
 void engine::serve_diff_request(const net::inbound_frame& f, bool with_copy) {
   net::byte_reader in(f.payload());
   const auto u = in.get<std::uint32_t>();
-  if (u >= region_.units()) net::byte_reader::malformed("request for a unit outside the region");
-  std::vector<std::uint32_t> intervals;
-  in.get_array(in.get<std::uint32_t>(), intervals);
+  const auto after = in.get<std::uint32_t>();
+  const auto through = in.get<std::uint32_t>();
   in.expect_done();
+  if (u >= region_.units()) net::byte_reader::malformed("request for a unit outside the region");
+  if (through > last_closed_.load(std::memory_order_relaxed))
+    net::byte_reader::malformed("request for an interval this rank has not closed");
   net::byte_writer out;
   out.put(u);
   {
@@ -102,7 +104,8 @@ void engine::serve_diff_request(const net::inbound_frame& f, bool with_copy) {
       out.put(static_cast<std::uint8_t>(allocated ? 1 : 0));
       if (allocated) out.put_bytes(std::span<const std::byte>(region_.lib_unit(u), region_.unit()));
     }
-    encode_pieces_locked(u, pe, intervals, out);
+    if (through > after) encode_pieces_locked(u, pe, after, through, out);
+    else out.put(std::uint32_t{0});
   }
   send_protocol(f.source, with_copy ? op_copy_reply : op_diff_reply, f.header.token, out.bytes());
 }

@@ -108,6 +108,7 @@ class byte_reader {
     static_assert(std::is_trivially_copyable_v<T>);
     if (count > remaining() / sizeof(T)) malformed("array longer than the frame");
     out.resize(count);
+    if (count == 0) return;  // out.data() may be null: memcpy must not see it
     std::memcpy(out.data(), bytes_.data() + at_, count * sizeof(T));
     at_ += count * sizeof(T);
   }

@@ -1,0 +1,92 @@
+#include "coherence/notice_index.hpp"
+
+#include <bit>
+#include <iterator>
+
+namespace mdsm::coherence {
+
+notice_index::notice_index(std::size_t ranks, std::uint32_t units)
+    : by_creator_(ranks), valid_((std::size_t{units} + 63) / 64, 0) {}
+
+void notice_index::paint(std::uint32_t creator, const std::vector<unit_run>& runs, std::uint32_t index) {
+  segments& m = by_creator_[creator];
+  for (const unit_run& run : runs) {
+    const std::uint32_t a = run.first, b = run.end() - 1;
+    // The first segment that may overlap [a, b]: the one starting at or before a, if it reaches a.
+    auto it = m.upper_bound(a);
+    if (it != m.begin() && std::prev(it)->second.last >= a) --it;
+    // Cut what lies outside [a, b] off the overlapping segments, drop the rest.
+    while (it != m.end() && it->first <= b) {
+      const std::uint32_t s = it->first;
+      const segment seg = it->second;
+      it = m.erase(it);
+      --segments_;
+      if (s < a) {
+        m.emplace(s, segment{a - 1, seg.index});
+        ++segments_;
+      }
+      if (seg.last > b) {
+        it = m.emplace(b + 1, segment{seg.last, seg.index}).first;
+        ++segments_;
+        break;
+      }
+    }
+    // Insert [a, b], joined with neighbours painted with the same interval.
+    std::uint32_t first = a, last = b;
+    auto next = m.lower_bound(a);
+    if (next != m.end() && next->first == b + 1 && next->second.index == index) {
+      last = next->second.last;
+      next = m.erase(next);
+      --segments_;
+    }
+    if (next != m.begin()) {
+      auto prev = std::prev(next);
+      if (prev->second.last + 1 == a && prev->second.index == index) {
+        prev->second.last = last;
+        continue;
+      }
+    }
+    m.emplace_hint(next, first, segment{last, index});
+    ++segments_;
+  }
+}
+
+std::uint32_t notice_index::latest(std::uint32_t creator, std::uint32_t unit) const {
+  const segments& m = by_creator_[creator];
+  auto it = m.upper_bound(unit);
+  if (it == m.begin()) return 0;
+  --it;
+  return unit <= it->second.last ? it->second.index : 0;
+}
+
+void notice_index::forget_through(const vector_time& g) {
+  for (std::size_t c = 0; c < by_creator_.size(); ++c) {
+    segments& m = by_creator_[c];
+    for (auto it = m.begin(); it != m.end();) {
+      if (it->second.index <= g[c]) {
+        it = m.erase(it);
+        --segments_;
+      } else {
+        ++it;
+      }
+    }
+  }
+}
+
+void notice_index::valid_units(const unit_run& run, std::vector<std::uint32_t>& out) const {
+  std::uint32_t u = run.first;
+  const std::uint32_t end = run.end();
+  while (u < end) {
+    const std::uint32_t word = u / 64, bit = u % 64;
+    std::uint64_t w = valid_[word] >> bit;
+    const std::uint32_t span = std::min<std::uint32_t>(64 - bit, end - u);
+    if (span < 64) w &= (std::uint64_t{1} << span) - 1;
+    while (w != 0) {
+      out.push_back(u + static_cast<std::uint32_t>(std::countr_zero(w)));
+      w &= w - 1;
+    }
+    u += span;
+  }
+}
+
+}  // namespace mdsm::coherence

@@ -27,7 +27,8 @@ engine::engine(net::transport& t, net::progress& p, const region_config& cfg)
       store_(static_cast<std::size_t>(size_)),
       known_(static_cast<std::size_t>(size_), vector_time(static_cast<std::size_t>(size_))),
       notices_(static_cast<std::size_t>(size_), region_.units()),
-      hot_intervals_(static_cast<std::uint8_t>(cfg.hot_intervals)) {
+      hot_intervals_(static_cast<std::uint8_t>(cfg.hot_intervals)),
+      push_sets_(static_cast<std::size_t>(size_)) {
   hot_.bits.assign((std::size_t{region_.units()} + 63) / 64, 0);
   t.set_handler(net::channel::coherence, &engine::on_frame, this);
   g_engine = this;
@@ -212,9 +213,11 @@ void engine::encode_release(int dest, bool transitive, net::byte_writer& out) {
   vt_.encode(out);
   const std::size_t count_at = out.reserve_slot<std::uint32_t>();
   std::uint32_t count = 0;
+  std::uint32_t own_known = 0;  // our newest interval dest knew of (we believe) before this release
   if (dest != rank_) {
     std::uint32_t* known = known_[static_cast<std::size_t>(dest)].data();
     const std::uint32_t* now = vt_.data();
+    own_known = known[rank_];
     for (std::uint32_t c = 0; c < static_cast<std::uint32_t>(size_); ++c) {
       if (!transitive && c != static_cast<std::uint32_t>(rank_)) continue;
       if (known[c] >= now[c]) continue;  // dest has all of c's intervals: the common case
@@ -229,6 +232,57 @@ void engine::encode_release(int dest, bool transitive, net::byte_writer& out) {
     }
   }
   out.fill_slot(count_at, count);
+  const std::uint32_t now_own = vt_[static_cast<std::size_t>(rank_)];
+  if (dest != rank_ && own_known < now_own) encode_pushed_locked(dest, now_own, out);
+  else out.put(std::uint32_t{0});
+}
+
+void engine::encode_pushed_locked(int dest, std::uint32_t through, net::byte_writer& out) {
+  // Bounded, so a RELEASE stays a small message: the rest is fetched on demand as usual.
+  constexpr std::size_t k_push_bytes = 64 * 1024;
+  const std::size_t count_at = out.reserve_slot<std::uint32_t>();
+  const std::size_t start = out.size();
+  std::uint32_t count = 0;
+  std::vector<std::uint32_t> units;
+  {
+    std::lock_guard lk(push_mutex_);
+    const auto& set = push_sets_[static_cast<std::size_t>(dest)];
+    units.assign(set.begin(), set.end());
+  }
+  std::vector<std::uint32_t> exhausted;
+  for (std::uint32_t u : units) {
+    if (out.size() - start >= k_push_bytes) break;
+    std::lock_guard lk(pages_.lock_of(u));
+    page_entry& pe = pages_.at(u);
+    auto& st = pe.push[static_cast<std::size_t>(dest)];
+    if (st.budget == 0) {
+      exhausted.push_back(u);
+      continue;
+    }
+    // From where dest's copy is (it fetched or was pushed our writes up to st.through; if it
+    // never applied a push, the next fetch tells us again), so the pushed diffs are all it lacks.
+    const std::uint32_t after = st.through;
+    if (after >= through) continue;
+    auto [b, e] = pe.own_overlapping(after, through, last_closed_.load(std::memory_order_relaxed));
+    if (b == e) continue;  // not written in these intervals: nothing to push
+    out.put(u);
+    out.put(after);
+    out.put(through);
+    encode_pieces_locked(u, pe, after, through, out);
+    st.through = through;
+    ++count;
+    if (--st.budget == 0) exhausted.push_back(u);
+  }
+  out.fill_slot(count_at, count);
+  if (count != 0) {
+    stats::add(stats::counter::pushed_units_sent, count);
+    stats::add(stats::counter::pushed_bytes_sent, out.size() - start);
+  }
+  if (!exhausted.empty()) {
+    std::lock_guard lk(push_mutex_);
+    auto& set = push_sets_[static_cast<std::size_t>(dest)];
+    for (std::uint32_t u : exhausted) set.erase(u);
+  }
 }
 
 void engine::learn_request(int origin, std::span<const std::byte> cinfo) {
@@ -245,7 +299,7 @@ void engine::learn_request(int origin, std::span<const std::byte> cinfo) {
 
 release_info engine::decode_release(int origin, std::span<const std::byte> cinfo) {
   net::byte_reader in(cinfo);
-  release_info info{origin, vector_time::decode(in, static_cast<std::size_t>(size_)), {}};
+  release_info info{origin, vector_time::decode(in, static_cast<std::size_t>(size_)), {}, {}};
   const auto n = in.get<std::uint32_t>();
   if (n > in.remaining() / 12) net::byte_reader::malformed("more interval records than bytes");
   info.records.reserve(n);
@@ -253,6 +307,33 @@ release_info engine::decode_release(int origin, std::span<const std::byte> cinfo
     auto r = interval_record::decode(in, static_cast<std::size_t>(size_), region_.units());
     if (r->index > info.required[r->creator]) net::byte_reader::malformed("interval newer than the required time");
     info.records.push_back(std::move(r));
+  }
+  const auto pushed = in.get<std::uint32_t>();
+  if (pushed > in.remaining() / 16) net::byte_reader::malformed("more pushed units than bytes");
+  info.pushed.reserve(pushed);
+  const auto origin_now = info.required[static_cast<std::size_t>(origin)];
+  for (std::uint32_t i = 0; i < pushed; ++i) {
+    pushed_unit p;
+    p.unit = in.get<std::uint32_t>();
+    p.after = in.get<std::uint32_t>();
+    p.through = in.get<std::uint32_t>();
+    if (p.unit >= region_.units()) net::byte_reader::malformed("pushed diff for a unit outside the region");
+    if (!info.pushed.empty() && p.unit <= info.pushed.back().unit) net::byte_reader::malformed("pushed units not sorted");
+    if (p.after >= p.through || p.through > origin_now) net::byte_reader::malformed("pushed diff for unknown intervals");
+    const auto pieces = in.get<std::uint32_t>();
+    if (pieces > in.remaining() / 16) net::byte_reader::malformed("more pushed pieces than bytes");
+    for (std::uint32_t k = 0; k < pieces; ++k) {
+      pushed_unit::piece piece;
+      piece.first = in.get<std::uint32_t>();
+      piece.last = in.get<std::uint32_t>();
+      if (piece.first == 0 || piece.last < piece.first) net::byte_reader::malformed("piece with an empty interval range");
+      piece.serial = in.get<std::uint32_t>();
+      const auto bytes = in.get_bytes(in.get<std::uint32_t>());
+      diff_words(bytes, region_.unit());  // validates the encoding now: applying it must not fail
+      piece.bytes.assign(bytes.begin(), bytes.end());
+      p.pieces.push_back(std::move(piece));
+    }
+    info.pushed.push_back(std::move(p));
   }
   in.expect_done();
   std::lock_guard lk(meta_);
@@ -313,7 +394,11 @@ bool engine::carried_covers_locked(const release_info& info) const {
 
 bool engine::apply_if_covered_locked(release_info& info) {
   if (!carried_covers_locked(info)) return false;
-  if (!info.records.empty()) apply_batch_locked(std::move(info.records));
+  if (!info.records.empty() || !info.pushed.empty()) {
+    std::vector<std::pair<int, pushed_unit*>> pushed;
+    for (auto& p : info.pushed) pushed.emplace_back(info.origin, &p);
+    apply_batch_locked(std::move(info.records), std::move(pushed));
+  }
   return true;
 }
 
@@ -354,8 +439,12 @@ acquire_ptr engine::begin_acquire(std::vector<release_info> infos) {
 
 void engine::finish_acquire_locked(acquire_state& a) {
   std::vector<record_ptr> all = std::move(a.fetched);
-  for (auto& info : a.infos) all.insert(all.end(), info.records.begin(), info.records.end());
-  apply_batch_locked(std::move(all));
+  std::vector<std::pair<int, pushed_unit*>> pushed;
+  for (auto& info : a.infos) {
+    all.insert(all.end(), info.records.begin(), info.records.end());
+    for (auto& p : info.pushed) pushed.emplace_back(info.origin, &p);
+  }
+  apply_batch_locked(std::move(all), std::move(pushed));
   for (const auto& info : a.infos) {
     if (!vt_.covers(info.required)) {
       detail::defer_error(error(MDSM_ERR_INTERNAL, detail::cat("mdsm: rank ", rank_,
@@ -369,7 +458,7 @@ void engine::finish_acquire_locked(acquire_state& a) {
   a.done.store(true, std::memory_order_release);
 }
 
-void engine::apply_batch_locked(std::vector<record_ptr> records) {
+void engine::apply_batch_locked(std::vector<record_ptr> records, std::vector<std::pair<int, pushed_unit*>> pushed) {
   std::sort(records.begin(), records.end(), [](const record_ptr& x, const record_ptr& y) {
     return x->creator != y->creator ? x->creator < y->creator : x->index < y->index;
   });
@@ -383,25 +472,34 @@ void engine::apply_batch_locked(std::vector<record_ptr> records) {
     add_metadata(static_cast<std::int64_t>(r->footprint()));
     fresh.push_back(std::move(r));
   }
-  // Paint the notices, then visit only the units that are valid now: an invalid unit or one
-  // without a copy needs nothing more (its next fetch asks for everything the paint says it
-  // lacks). Contiguous units are invalidated with one mprotect.
-  std::vector<std::uint32_t> valid;
+  // Paint the notices, then visit only the units that are valid now (an invalid unit or one
+  // without a copy needs nothing more: its next fetch asks for everything the paint says it
+  // lacks) and the units diffs were pushed for. Contiguous units are invalidated with one
+  // mprotect.
+  std::vector<std::uint32_t> visit;
   {
     std::lock_guard lk(notices_.mutex());
     const std::size_t before = notices_.bytes();
     for (const auto& r : fresh) {
       notices_.paint(r->creator, r->runs, r->index);
-      for (const unit_run& run : r->runs) notices_.valid_units(run, valid);
+      for (const unit_run& run : r->runs) notices_.valid_units(run, visit);
     }
     add_metadata(static_cast<std::int64_t>(notices_.bytes()) - static_cast<std::int64_t>(before));
   }
-  std::sort(valid.begin(), valid.end());
-  valid.erase(std::unique(valid.begin(), valid.end()), valid.end());
+  std::sort(pushed.begin(), pushed.end(),
+            [](const auto& a, const auto& b) { return a.second->unit < b.second->unit; });
+  for (const auto& p : pushed) visit.push_back(p.second->unit);
+  std::sort(visit.begin(), visit.end());
+  visit.erase(std::unique(visit.begin(), visit.end()), visit.end());
   {
     protection_batch batch = protections();
-    for (std::uint32_t u : valid) {
+    auto next_push = pushed.begin();
+    for (std::uint32_t u : visit) {
+      while (next_push != pushed.end() && next_push->second->unit < u) ++next_push;
       batch.visit(u, [&](page_entry& pe) -> unit_protection {
+        for (auto p = next_push; p != pushed.end() && p->second->unit == u; ++p)
+          if (apply_pushed_locked(u, pe, p->first, *p->second))
+            return {pe.prot != os::prot::none ? pe.prot : os::prot::read};
         if (pe.state != page_state::valid || wanted_locked(u, pe).empty()) return {pe.prot};
         end_hot_locked(u, pe);
         set_state_locked(u, pe, page_state::invalid);
@@ -410,6 +508,41 @@ void engine::apply_batch_locked(std::vector<record_ptr> records) {
     }
   }
   for (auto& r : fresh) store_.add(std::move(r));
+}
+
+bool engine::apply_pushed_locked(std::uint32_t u, page_entry& pe, int creator, const pushed_unit& p) {
+  if ((pe.state != page_state::valid && pe.state != page_state::invalid) || pe.fetching) return false;
+  const std::vector<wanted> wants = wanted_locked(u, pe);
+  // Only if the pushed diffs hold everything the copy lacks; otherwise the unit is fetched as
+  // usual (pieces from several writers must be applied together, in happened-before order).
+  if (wants.size() != 1 || wants[0].creator != static_cast<std::uint32_t>(creator) || p.after > wants[0].after ||
+      p.through < wants[0].through) {
+    if (wants.empty() && pe.state == page_state::valid) return false;  // had it all: nothing to do
+    stats::add(stats::counter::pushed_units_unused);
+    return false;
+  }
+  // This rank's own writes to the unit are saved first (as before applying a fetched diff), as a
+  // snapshot: the unit keeps its protection, and the pushed writes go into the twin as well, so
+  // they never count as this rank's. A unit written on both sides in turn (a counter under a
+  // lock) then moves without a single fault.
+  if (pe.twin) snapshot_diff_locked(u, pe);
+  if (pe.applied_through.empty()) pe.applied_through.assign(static_cast<std::size_t>(size_), 0);
+  auto seen = std::find_if(pe.applied.begin(), pe.applied.end(), [&](const auto& e) { return e.first == static_cast<std::uint32_t>(creator); });
+  if (seen == pe.applied.end()) seen = pe.applied.insert(pe.applied.end(), {static_cast<std::uint32_t>(creator), 0});
+  auto& through = pe.applied_through[static_cast<std::size_t>(creator)];
+  for (const auto& piece : p.pieces) {  // in serial order: the origin encodes them so
+    if (piece.serial <= seen->second) continue;
+    seen->second = piece.serial;
+    apply_diff(region_.lib_unit(u), region_.unit(), piece.bytes);
+    if (pe.twin) apply_diff(pe.twin.get(), region_.unit(), piece.bytes);
+    stats::add(stats::counter::diffs_applied);
+    stats::add(stats::counter::diff_bytes_applied, piece.bytes.size());
+    through = std::max(through, piece.last);
+  }
+  through = std::max(through, p.through);
+  stats::add(stats::counter::pushed_units_applied);
+  settle_locked(u, pe);  // nothing else is wanted: valid
+  return true;
 }
 
 void engine::send_interval_request(int origin, const std::vector<std::uint32_t>& ranges, const acquire_ptr& a) {

@@ -32,17 +32,32 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <span>
 #include <unordered_map>
 #include <vector>
 
 namespace mdsm::coherence {
 
+// A diff the origin of a RELEASE pushed along with it (Keleher's lazy hybrid), for a unit the
+// first receiver keeps re-reading: its pieces hold every write of the origin to the unit in the
+// origin's intervals (after, through]. A receiver whose copy lacks nothing else applies them at
+// the acquire instead of invalidating the unit, which saves the fault and the round trip.
+struct pushed_unit {
+  std::uint32_t unit, after, through;
+  struct piece {
+    std::uint32_t first, last, serial;  // as in a diff reply (coherence/protocol.hpp)
+    std::vector<std::byte> bytes;       // a validated encoded diff
+  };
+  std::vector<piece> pieces;
+};
+
 // Decoded consistency information of a RELEASE or RELEASE_NT message.
 struct release_info {
   int origin;                        // original sender: has every interval up to `required`
   vector_time required;              // the origin's vector time when it sent
   std::vector<record_ptr> records;   // intervals attached for the first receiver
+  std::vector<pushed_unit> pushed;   // the origin's diffs pushed along, by increasing unit
 };
 
 // An acquire in progress: one accepted message, or a group accepted together (a barrier
@@ -119,7 +134,13 @@ class engine {
   // If so, applies its records (a complete batch) and returns true.
   bool apply_if_covered_locked(release_info& info);
   std::vector<std::pair<int, std::vector<std::uint32_t>>> missing_locked(const acquire_state& a);
-  void apply_batch_locked(std::vector<record_ptr> records);
+  // Applies a complete batch of records; `pushed` are diffs pushed along with them (by origin).
+  void apply_batch_locked(std::vector<record_ptr> records, std::vector<std::pair<int, pushed_unit*>> pushed = {});
+  // Applies pushed diffs to unit u instead of invalidating it, when they hold everything it lacks.
+  bool apply_pushed_locked(std::uint32_t u, page_entry& pe, int creator, const pushed_unit& p);
+  // Appends to a RELEASE for `dest` the diffs of this rank's writes up to interval `through` to
+  // the units `dest` keeps re-reading (each from where dest's copy is, as far as we know).
+  void encode_pushed_locked(int dest, std::uint32_t through, net::byte_writer& out);
   void finish_acquire_locked(acquire_state& a);
   void send_interval_request(int origin, const std::vector<std::uint32_t>& ranges, const acquire_ptr& a);
   void learn_locked(int origin, const vector_time& vt);
@@ -138,9 +159,9 @@ class engine {
   // Makes the lazy diff of the twin's unit (the twin is dropped, the unit write-protected, a hot
   // stretch ends).
   void make_diff_locked(std::uint32_t u, page_entry& pe);
-  // A hot unit's diff made without stopping it: the diff of page and twin, which the twin then
-  // takes in, so the unit stays read-write, dirty and hot (a write racing with it lands either in
-  // this diff or, being a difference from the twin, in the next one).
+  // The lazy diff made without stopping the writer: the diff of page and twin, which the twin
+  // then takes in, so the unit keeps its protection, dirty and hot state (a write racing with it
+  // lands either in this diff or, being a difference from the twin, in the next one).
   void snapshot_diff_locked(std::uint32_t u, page_entry& pe);
   // Gives diff d (may be null: nothing changed) to every notice awaiting the twin; returns whether
   // there was one. An open range of a hot unit keeps awaiting when `snapshot` is set.
@@ -176,12 +197,15 @@ class engine {
   void send_protocol(int dest, std::uint32_t op, std::uint32_t token, std::span<const std::byte> payload);
   static void on_frame(void* ctx, const net::inbound_frame& f);
   void serve_diff_request(const net::inbound_frame& f, bool with_copy);
+  // `source` fetched unit u from us: push the unit's diffs along with our RELEASEs to it.
+  // `held`: the newest of our intervals whose writes to u it now holds.
+  void note_fetch_locked(std::uint32_t u, page_entry& pe, int source, std::uint32_t held);
   void serve_interval_request(const net::inbound_frame& f);
   void take_reply(const net::inbound_frame& f);
   // Appends the pieces of this rank's notices of unit u in intervals (after, through] (page
-  // lock held).
-  void encode_pieces_locked(std::uint32_t u, page_entry& pe, std::uint32_t after, std::uint32_t through,
-                            net::byte_writer& out);
+  // lock held). Returns the newest interval the pieces hold writes of (0: none).
+  std::uint32_t encode_pieces_locked(std::uint32_t u, page_entry& pe, std::uint32_t after, std::uint32_t through,
+                                     net::byte_writer& out);
 
   void add_metadata(std::int64_t delta);
 
@@ -225,6 +249,11 @@ class engine {
   std::mutex boxes_mutex_;
   std::unordered_map<std::uint32_t, box_ptr> boxes_;
   std::uint32_t next_token_ = 1;
+
+  // Units each rank keeps fetching from us: pushed along with our RELEASEs to it while their
+  // page_entry::push budget lasts (push_mutex_, a leaf lock).
+  std::mutex push_mutex_;
+  std::vector<std::set<std::uint32_t>> push_sets_;
 
   std::atomic<std::int64_t> metadata_bytes_{0};
   std::atomic<std::uint32_t> next_diff_serial_{1};  // diff::serial of the next diff made here

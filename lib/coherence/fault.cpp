@@ -94,12 +94,11 @@ bool engine::settle_locked(std::uint32_t u, page_entry& pe) {
 }
 
 void engine::make_writable_locked(std::uint32_t u, page_entry& pe) {
-  // Written in the interval closed last and again now, with no diff made in between (the twin
-  // still awaits): likely written in every interval, so it becomes hot at the next close.
+  // Written in the interval closed last and again now: likely written in every interval, so it
+  // becomes hot at the next close. (A snapshot diff made in between, for a request or a push,
+  // leaves the twin: a unit two ranks write in turn stays writable on both.)
   const std::uint32_t closed = last_closed_.load(std::memory_order_relaxed);
-  if (pe.twin && hot_intervals_ != 0 && !pe.own.empty() && pe.own.back().awaiting_twin &&
-      pe.own.back().last == closed)
-    pe.hot = true;
+  if (pe.twin && hot_intervals_ != 0 && !pe.own.empty() && pe.own.back().last == closed) pe.hot = true;
   if (!pe.twin) {
     pe.twin = make_unit_buffer(region_.unit());
     copy_unit(pe.twin.get(), region_.lib_unit(u), region_.unit());
@@ -180,13 +179,14 @@ void engine::make_diff_locked(std::uint32_t u, page_entry& pe) {
     // interval knows the earlier one too and fetches this diff, so no notice is needed for them.
     pe.dirty = false;
   } else {
-    MDSM_ASSERT(pe.dirty, "a twin exists only for written units");
+    // A twin outlives its writes only as a snapshot of a unit not written since (d is empty).
+    MDSM_ASSERT(pe.dirty || !d, "writes without a notice");
     if (d) pe.open_pieces.push_back(std::move(d));
   }
 }
 
 void engine::snapshot_diff_locked(std::uint32_t u, page_entry& pe) {
-  MDSM_ASSERT(pe.hot && pe.twin != nullptr, "a snapshot diff is made of hot units only");
+  MDSM_ASSERT(pe.twin != nullptr, "a snapshot diff needs a twin");
   std::byte* twin = pe.twin.get();
   diff_ptr d = make_piece(make_diff(region_.lib_unit(u), twin, region_.unit()), next_diff_serial_);
   // The twin takes in exactly the words the diff carries (not the page again: a word written

@@ -42,7 +42,7 @@ void engine::gc() {
     if (mine[c] < g[c]) {
       vector_time need(static_cast<std::size_t>(size_));
       need[c] = g[c];
-      infos.push_back(release_info{static_cast<int>(c), need, {}});  // each creator has its own
+      infos.push_back(release_info{static_cast<int>(c), need, {}, {}});  // each creator has its own
     }
   }
   if (!infos.empty()) wait_acquire(begin_acquire(std::move(infos)));

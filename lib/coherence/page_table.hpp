@@ -78,6 +78,15 @@ struct page_entry {
   //   order, so a piece that a fetch brings back anyway is never applied twice.
   std::vector<std::pair<std::uint32_t, std::uint32_t>> applied;
 
+  // Per rank that fetched this unit from us: how often, and how many more of our RELEASEs to it
+  // carry the unit's diff (engine::encode_pushed_locked). Empty until first fetched.
+  struct push_state {
+    std::uint8_t fetches = 0;
+    std::uint8_t budget = 0;
+    std::uint32_t through = 0;  // our intervals whose writes to the unit it holds, as far as we know
+  };
+  std::vector<push_state> push;
+
   std::uint32_t applied_through_of(std::uint32_t creator) const {
     return creator < applied_through.size() ? applied_through[creator] : 0;
   }

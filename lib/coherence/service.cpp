@@ -38,18 +38,21 @@ void engine::on_frame(void* ctx, const net::inbound_frame& f) {
   }
 }
 
-void engine::encode_pieces_locked(std::uint32_t u, page_entry& pe, std::uint32_t after, std::uint32_t through,
-                                  net::byte_writer& out) {
+std::uint32_t engine::encode_pieces_locked(std::uint32_t u, page_entry& pe, std::uint32_t after,
+                                           std::uint32_t through, net::byte_writer& out) {
   // Diffs are made lazily: if a requested notice still has writes only in the twin, make the
-  // diff now (it becomes part of every notice awaiting the twin). A hot unit keeps being
-  // written: its diff is a snapshot, and it stays writable.
-  auto [b, e] = pe.own_overlapping(after, through, last_closed_.load(std::memory_order_relaxed));
+  // diff now (it becomes part of every notice awaiting the twin). A unit open for writing, or
+  // written in our newest interval, is likely written again: its diff is a snapshot, so it stays
+  // writable and keeps its twin (its next write costs no twin copy, and a unit written in every
+  // interval can become hot even while its diffs are served or pushed); an older one gives its
+  // twin up.
+  const std::uint32_t closed = last_closed_.load(std::memory_order_relaxed);
+  auto [b, e] = pe.own_overlapping(after, through, closed);
   if (std::any_of(pe.own.begin() + static_cast<std::ptrdiff_t>(b), pe.own.begin() + static_cast<std::ptrdiff_t>(e),
                   [](const own_notice& n) { return n.awaiting_twin; })) {
-    if (pe.hot && pe.prot == os::prot::read_write) snapshot_diff_locked(u, pe);
+    if (pe.prot == os::prot::read_write || pe.own.back().last_closed(closed) == closed) snapshot_diff_locked(u, pe);
     else make_diff_locked(u, pe);
   }
-  const std::uint32_t closed = last_closed_.load(std::memory_order_relaxed);
   std::tie(b, e) = pe.own_overlapping(after, through, closed);
   // Each distinct piece of the requested notices once (in creation order), with the range of
   // EVERY interval it holds writes of (a lazy diff holds the writes of all intervals that awaited
@@ -70,6 +73,7 @@ void engine::encode_pieces_locked(std::uint32_t u, page_entry& pe, std::uint32_t
     return std::any_of(pe.own[k].pieces.begin(), pe.own[k].pieces.end(), [&](const diff_ptr& p) { return p.get() == d; });
   };
   out.put(static_cast<std::uint32_t>(pieces.size()));
+  std::uint32_t held = 0;
   for (const found& f : pieces) {
     // The notices holding a piece are contiguous in pe.own (see page_entry::own).
     std::size_t first = f.notice, last = f.notice;
@@ -77,11 +81,29 @@ void engine::encode_pieces_locked(std::uint32_t u, page_entry& pe, std::uint32_t
     while (last + 1 < pe.own.size() && holds(last + 1, f.d)) ++last;
     out.put(pe.own[first].first);
     // An open range holds the piece for its closed part so far; it is never asked for more.
-    out.put(std::max(pe.own[first].first, pe.own[last].last_closed(closed)));
+    const std::uint32_t piece_last = std::max(pe.own[first].first, pe.own[last].last_closed(closed));
+    out.put(piece_last);
+    held = std::max(held, piece_last);
     out.put(f.d->serial);
     out.put(static_cast<std::uint32_t>(f.d->bytes.size()));
     out.put_bytes(f.d->bytes);
   }
+  return held;
+}
+
+void engine::note_fetch_locked(std::uint32_t u, page_entry& pe, int source, std::uint32_t held) {
+  // A unit a rank fetches again and again (a boundary row, a counter under a lock) is pushed
+  // along with our next RELEASEs to it; the budget doubles with every fetch after it ran out
+  // (4, 8, ..., 255), so a unit read in every round is fetched rarely, and one read twice costs
+  // at most a few unused pushes.
+  if (pe.push.empty()) pe.push.resize(static_cast<std::size_t>(size_));
+  auto& st = pe.push[static_cast<std::size_t>(source)];
+  st.through = std::max(st.through, held);
+  if (st.fetches < 255) ++st.fetches;
+  if (st.fetches < 2) return;
+  st.budget = static_cast<std::uint8_t>(std::min(255u, 4u << std::min(st.fetches - 2u, 6u)));
+  std::lock_guard lk(push_mutex_);
+  push_sets_[static_cast<std::size_t>(source)].insert(u);
 }
 
 void engine::serve_diff_request(const net::inbound_frame& f, bool with_copy) {
@@ -104,8 +126,9 @@ void engine::serve_diff_request(const net::inbound_frame& f, bool with_copy) {
       out.put(static_cast<std::uint8_t>(allocated ? 1 : 0));
       if (allocated) out.put_bytes(std::span<const std::byte>(region_.lib_unit(u), region_.unit()));
     }
-    if (through > after) encode_pieces_locked(u, pe, after, through, out);
-    else out.put(std::uint32_t{0});
+    const std::uint32_t held = through > after ? encode_pieces_locked(u, pe, after, through, out) : 0;
+    if (through <= after) out.put(std::uint32_t{0});
+    note_fetch_locked(u, pe, f.source, std::max(through, held));
   }
   send_protocol(f.source, with_copy ? op_copy_reply : op_diff_reply, f.header.token, out.bytes());
 }

@@ -68,6 +68,10 @@ namespace mdsm::stats {
   X(diff_bytes_applied, count, "bytes of diffs applied")                                         \
   X(diff_requests, count, "diff requests sent")                                                  \
   X(page_requests, count, "whole-page requests sent")                                            \
+  X(pushed_units_sent, count, "units whose diffs were pushed along with a RELEASE")              \
+  X(pushed_bytes_sent, count, "bytes of diffs pushed along with RELEASEs")                       \
+  X(pushed_units_applied, count, "pushed diffs applied at an acquire (a fault and fetch saved)") \
+  X(pushed_units_unused, count, "pushed diffs not applicable (the copy lacked more)")           \
   X(gc_runs, count, "garbage collections")                                                       \
   X(gc_freed_bytes, count, "consistency metadata bytes freed by garbage collection")             \
   X(metadata_bytes, gauge, "consistency metadata held now (intervals, notices, twins, diffs)")   \

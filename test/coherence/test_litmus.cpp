@@ -875,3 +875,234 @@ TEST_CASE("litmus 33: a hot page that stops being written stops being announced"
   }
   world_barrier();
 }
+
+TEST_CASE("litmus 34: a page the consumer keeps reading rides on the producer's RELEASE", "[mpi][litmus][np2+]") {
+  // Rank 0 rewrites words of page 0 and releases to rank 1 in every round; rank 1 reads them
+  // after each acquire. Its first two reads fetch the diff; the second makes rank 0 push the page
+  // along with its next 4 RELEASEs to rank 1, and each fetch after a budget ran out doubles it
+  // (8, 16, ...). A pushed diff is applied at the acquire: no fault, no request, and always the
+  // round's values. Over 40 rounds rank 1 therefore fetches 5 times (rounds 1, 2, 7, 16, 33).
+  session s;
+  mailbox box("litmus.box");
+  int* a = mdsm::alloc_collective_array<int>(k_words_per_page);
+  const int me = mdsm::rank();
+  constexpr int rounds = 40, words = 16;
+  world_barrier();
+  if (me == 0) {
+    const auto pushed = stat("pushed_units_sent");
+    for (int r = 1; r <= rounds; ++r) {
+      for (int w = 0; w < words; ++w) a[w * 7] = r * 100 + w;
+      box.send(1, annotation::release, r);
+      box.wait(r, 1);  // rank 1 has read round r
+    }
+    CHECK(stat("pushed_units_sent") - pushed == rounds - 5);
+  } else if (me == 1) {
+    const auto requests = stat("diff_requests"), faults = stat("read_faults"), applied = stat("pushed_units_applied");
+    for (int r = 1; r <= rounds; ++r) {
+      box.wait(r, 0);
+      for (int w = 0; w < words; ++w) CHECK(a[w * 7] == r * 100 + w);
+      box.send(0, annotation::none);
+    }
+    CHECK(stat("diff_requests") - requests == 5);
+    CHECK(stat("read_faults") - faults == 5);
+    CHECK(stat("pushed_units_applied") - applied == rounds - 5);
+  }
+  world_barrier();
+}
+
+TEST_CASE("litmus 35: a pushed diff travels with a stored and with a forwarded RELEASE", "[mpi][litmus][np3+]") {
+  // Ranks 1 and 2 have each fetched page 0 from rank 0 twice, so rank 0's RELEASEs to them carry
+  // the page's diff. Round 3: rank 1 stores the RELEASE and accepts it later (rank 2 gets a direct
+  // one). Round 4: rank 1 forwards the RELEASE to rank 2, whose copy is where rank 1's was, so it
+  // applies the diff pushed for rank 1. Both read the new values without a fetch.
+  MDSM_NEED_RANKS(3);
+  session s;
+  mailbox box("litmus.box");
+  int* a = mdsm::alloc_collective_array<int>(k_words_per_page);
+  const int me = mdsm::rank();
+  std::mutex mu;
+  std::vector<mdsm::stored_message> held;
+  std::atomic<int> relayed{0};
+  auto relay = mdsm::register_handler("litmus.relay", [&](mdsm::message& m) {
+    const long what = m.as<long>();
+    if (mdsm::rank() == 1 && what == 3) {
+      std::lock_guard lk(mu);
+      held.push_back(m.store());
+    } else if (mdsm::rank() == 1 && what == 4) {
+      m.forward(2);
+    } else {
+      m.accept();
+    }
+    ++relayed;
+  });
+  world_barrier();
+  if (me == 0) {
+    for (int r = 1; r <= 3; ++r) {
+      a[0] = r;
+      if (r < 3) box.send(1, annotation::release);
+      else mdsm::send_value(1, relay, 3L, annotation::release);  // stored by rank 1
+      box.send(2, annotation::release);
+      box.wait(r, 1);
+      box.wait(r, 2);
+    }
+    a[0] = 4;
+    mdsm::send_value(1, relay, 4L, annotation::release);  // forwarded to rank 2
+    box.wait(4, 2);
+  } else if (me == 1) {
+    for (int r = 1; r <= 2; ++r) {
+      box.wait(r, 0);
+      CHECK(a[0] == r);
+      box.send(0, annotation::none);
+    }
+    mdsm::wait_until([&] { return relayed.load() == 1; });
+    const auto requests = stat("diff_requests"), applied = stat("pushed_units_applied");
+    {
+      std::lock_guard lk(mu);
+      held.back().accept();
+      held.clear();
+    }
+    CHECK(a[0] == 3);
+    CHECK(stat("diff_requests") == requests);
+    CHECK(stat("pushed_units_applied") == applied + 1);
+    box.send(0, annotation::none);
+  } else if (me == 2) {
+    for (int r = 1; r <= 3; ++r) {
+      box.wait(r, 0);
+      CHECK(a[0] == r);
+      box.send(0, annotation::none);
+    }
+    const auto requests = stat("diff_requests"), applied = stat("pushed_units_applied");
+    mdsm::wait_until([&] { return relayed.load() == 1; });  // the forwarded RELEASE, accepted here
+    CHECK(a[0] == 4);
+    CHECK(stat("diff_requests") == requests);
+    CHECK(stat("pushed_units_applied") == applied + 1);
+    box.send(0, annotation::none);
+  }
+  world_barrier();
+}
+
+TEST_CASE("litmus 36: a pushed diff is not applied alone when another writer's diff is missing too",
+          "[mpi][litmus][np3+]") {
+  // Rank 1 keeps reading page 0, so rank 0 pushes it. Rank 2 writes other words of the page and
+  // releases to rank 1 first; rank 0's pushed diff then does not hold all rank 1 lacks, so rank 1
+  // fetches both writers' diffs and sees both writes (applying the push alone would have made
+  // the copy valid without rank 2's words).
+  MDSM_NEED_RANKS(3);
+  session s;
+  mailbox box("litmus.box");
+  int* a = mdsm::alloc_collective_array<int>(k_words_per_page);
+  const int me = mdsm::rank();
+  world_barrier();
+  if (me == 0) {
+    for (int r = 1; r <= 3; ++r) {
+      a[0] = r;
+      box.send(1, annotation::release);
+      box.wait(r, 1);
+    }
+    box.wait(1, 2);  // rank 2 has released to rank 1
+    a[0] = 4;
+    box.send(1, annotation::release);
+  } else if (me == 2) {
+    box.wait(1, 1);  // rank 1 is done with round 3
+    a[500] = 42;
+    box.send(1, annotation::release);
+    box.send(0, annotation::none);
+  } else if (me == 1) {
+    for (int r = 1; r <= 3; ++r) {
+      box.wait(r, 0);
+      CHECK(a[0] == r);
+      box.send(0, annotation::none);
+    }
+    box.send(2, annotation::none);
+    box.wait(1, 2);
+    box.wait(4, 0);
+    const auto unused = stat("pushed_units_unused");
+    CHECK(a[500] == 42);
+    CHECK(a[0] == 4);
+    CHECK(stat("pushed_units_unused") == unused);  // counted at the acquire, before the reads
+  }
+  world_barrier();
+}
+
+TEST_CASE("litmus 37: a pushed diff for a page the receiver is writing keeps the receiver's words",
+          "[mpi][litmus][np3+]") {
+  // Ranks 0 and 1 write different words of page 0 in turn, passing a RELEASE back and forth (a
+  // counter-like page under a lock, with false sharing); pushed diffs are applied on top of the
+  // receiver's own unreleased writes. Rank 2 reads everything at the end.
+  MDSM_NEED_RANKS(3);
+  session s;
+  mailbox box("litmus.box");
+  int* a = mdsm::alloc_collective_array<int>(k_words_per_page);
+  const int me = mdsm::rank();
+  constexpr int rounds = 30;
+  world_barrier();
+  if (me == 0 || me == 1) {
+    const int other = 1 - me;
+    for (int r = 1; r <= rounds; ++r) {
+      if (me == 1 || r > 1) box.wait(me == 1 ? r : r - 1, other);
+      CHECK(a[other * 100] == (me == 1 ? r : r - 1));  // the other's last round
+      a[me * 100] = r;
+      a[me * 100 + 1] = r;  // written again after the RELEASE below arrives at the other rank
+      box.send(other, annotation::release);
+    }
+    if (me == 1) box.send(2, annotation::release);
+    else box.send(2, annotation::release);
+  } else if (me == 2) {
+    box.wait(1, 0);
+    box.wait(1, 1);
+    CHECK(a[0] == rounds);
+    CHECK(a[1] == rounds);
+    CHECK(a[100] == rounds);
+    CHECK(a[101] == rounds);
+  }
+  world_barrier();
+}
+
+TEST_CASE("litmus 38: write notices as runs over partly overlapping ranges of units", "[mpi][litmus][np2+]") {
+  // Rank 0 writes ranges of 12 pages that overlap partly from one interval to the next (a run
+  // of 10, then 3 inside it, then 2 across its end, then single pages), releasing to rank 1 each
+  // time; rank 1 reads some pages in between (its copies become valid and are invalidated again
+  // by later runs) and checks every page at the end. A record carries runs, not pages.
+  session s;
+  mailbox box("litmus.box");
+  constexpr int pages = 12;
+  int* a = mdsm::alloc_collective_array<int>(pages * k_words_per_page);
+  auto at = [&](int page) -> int& { return a[page * k_words_per_page + 3]; };
+  const int me = mdsm::rank();
+  struct range {
+    int first, last;
+  };
+  const range ranges[] = {{0, 9}, {3, 5}, {8, 10}, {11, 11}, {0, 0}, {4, 4}, {2, 7}, {9, 11}};
+  world_barrier();
+  if (me == 0) {
+    int value = 1;
+    for (const range& g : ranges) {
+      for (int p = g.first; p <= g.last; ++p) at(p) = value;
+      const auto cinfo = stat("cinfo_bytes_sent_release"), pushed = stat("pushed_bytes_sent");
+      box.send(1, annotation::release, value);
+      // Vector time, count, one record with a few runs (this interval's pages and the still-hot
+      // ones from before), whatever the number of pages; plus the diffs pushed along for the
+      // pages rank 1 re-reads, which are counted apart.
+      const std::uint64_t fixed = 36 + 8 * static_cast<std::uint64_t>(mdsm::size());
+      CHECK(stat("cinfo_bytes_sent_release") - cinfo - (stat("pushed_bytes_sent") - pushed) <= fixed + 3 * 8);
+      box.wait(value, 1);
+      ++value;
+    }
+  } else if (me == 1) {
+    int expect[pages] = {};
+    int value = 1;
+    for (const range& g : ranges) {
+      box.wait(value, 0);
+      for (int p = g.first; p <= g.last; ++p) expect[p] = value;
+      if (value % 2 == 0)  // read every other round: valid copies that the next runs invalidate
+        for (int p = 0; p < pages; ++p) CHECK(at(p) == expect[p]);
+      box.send(0, annotation::none);
+      ++value;
+    }
+    for (int p = 0; p < pages; ++p) {
+      CAPTURE(p);
+      CHECK(at(p) == expect[p]);
+    }
+  }
+  world_barrier();
+}

@@ -145,6 +145,9 @@ class engine {
   void send_interval_request(int origin, const std::vector<std::uint32_t>& ranges, const acquire_ptr& a);
   void learn_locked(int origin, const vector_time& vt);
 
+  struct reply_box;  // a reply to one protocol request (service.cpp)
+  using box_ptr = std::shared_ptr<reply_box>;
+
   // fault.cpp: page access
   enum class access { read, write, unknown };
   // What a unit lacks from one creator: its writes in intervals (after, through].
@@ -181,8 +184,15 @@ class engine {
   void protect_units(std::uint32_t first, std::uint32_t count, os::prot p);
   // A batch of protection changes with one mprotect per run of contiguous units.
   protection_batch protections();
-  struct fetch_result;
-  fetch_result fetch(std::uint32_t u, const std::vector<wanted>& wants, bool need_copy, std::uint32_t home_after);
+  struct fetch_unit;
+  // Adds the units after batch.front() that lack writes of the same ranks only, marked fetching.
+  void gather_neighbours(std::vector<fetch_unit>& batch);
+  // Asks every writer (and the home, for a copy) at once and waits; returns the replies the
+  // batch's pieces point into, or nothing if the home has the unit unallocated.
+  std::vector<box_ptr> fetch(std::vector<fetch_unit>& batch, bool need_copy, std::uint32_t home_after);
+  void order_pieces(std::vector<fetch_unit>& batch);
+  // Installs a fetched unit: the copy, then the pieces (page lock held).
+  void install_locked(fetch_unit& f, page_entry& pe);
   static page_state initial_state(void* ctx, std::uint32_t u);
 
   // service.cpp: protocol requests and replies
@@ -192,7 +202,6 @@ class engine {
     int source = -1;
     std::function<void(std::span<const std::byte>, int source)> callback;  // handler context
   };
-  using box_ptr = std::shared_ptr<reply_box>;
   std::uint32_t register_box(box_ptr box);
   void send_protocol(int dest, std::uint32_t op, std::uint32_t token, std::span<const std::byte> payload);
   static void on_frame(void* ctx, const net::inbound_frame& f);

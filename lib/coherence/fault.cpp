@@ -14,17 +14,19 @@
 
 namespace mdsm::coherence {
 
-struct engine::fetch_result {
-  bool allocated = true;
-  std::span<const std::byte> copy;  // the home's copy of the unit, pointing into `replies`
+// One unit of a fetch: what it lacks, and what the replies brought for it.
+struct engine::fetch_unit {
+  std::uint32_t unit;
+  std::vector<wanted> wants;
+  std::span<const std::byte> copy;  // the home's copy of the unit (need_copy), into a reply
   struct piece {
     std::uint32_t creator;
     std::uint32_t first, last;  // the creator's intervals whose writes to the unit it holds
     std::uint32_t serial;
-    std::span<const std::byte> bytes;  // points into `replies`
+    std::span<const std::byte> bytes;  // points into a reply
+    std::uint64_t sum = 0;             // apply order (engine::order_pieces)
   };
   std::vector<piece> pieces;
-  std::vector<box_ptr> replies;
 };
 
 page_state engine::initial_state(void* ctx, std::uint32_t u) {
@@ -210,60 +212,142 @@ void engine::snapshot_diff_locked(std::uint32_t u, page_entry& pe) {
   }
 }
 
-engine::fetch_result engine::fetch(std::uint32_t u, const std::vector<wanted>& wants, bool need_copy,
-                                   std::uint32_t home_after) {
-  const auto home = static_cast<std::uint32_t>(region_.home_of(u));
-  struct ask {
-    std::uint32_t creator, after, through;
-    bool copy;
-  };
-  std::vector<ask> asks;
-  for (const wanted& w : wants) asks.push_back(ask{w.creator, w.after, w.through, need_copy && w.creator == home});
-  if (need_copy && std::none_of(asks.begin(), asks.end(), [&](const ask& a) { return a.copy; }))
-    asks.push_back(ask{home, home_after, home_after, true});  // the copy only: an empty range
-  std::vector<box_ptr> boxes;
-  for (const ask& a : asks) {
-    MDSM_ASSERT(static_cast<int>(a.creator) != rank_, "fetching from oneself");
+void engine::gather_neighbours(std::vector<fetch_unit>& batch) {
+  // A unit of a run that is out of date with writes of the same ranks (a row, a block) is likely
+  // read next: ask for it in the same messages instead of faulting and asking again (one round
+  // trip per writer for the run, not one per unit).
+  constexpr std::uint32_t k_batch_units = 16;
+  const std::vector<wanted> first = batch.front().wants;  // a copy: batch grows below
+  const std::uint32_t u = batch.front().unit;
+  for (std::uint32_t v = u + 1; v < region_.units() && v - u < k_batch_units; ++v) {
+    if (pages_.find(v) == nullptr) break;
+    std::lock_guard lk(pages_.lock_of(v));
+    page_entry& pe = pages_.at(v);
+    if (pe.state != page_state::invalid || pe.fetching) break;
+    std::vector<wanted> wants = wanted_locked(v, pe);
+    const bool same_writers = !wants.empty() && std::all_of(wants.begin(), wants.end(), [&](const wanted& w) {
+      return std::any_of(first.begin(), first.end(), [&](const wanted& f) { return f.creator == w.creator; });
+    });
+    if (!same_writers) break;
+    pe.fetching = true;
+    if (pe.twin) make_diff_locked(v, pe);
+    batch.push_back(fetch_unit{v, std::move(wants), {}, {}});
+  }
+}
+
+auto engine::fetch(std::vector<fetch_unit>& batch, bool need_copy, std::uint32_t home_after) -> std::vector<box_ptr> {
+  // One request per writer for every unit of the batch that lacks its writes; a unit without a
+  // copy (a batch of one) asks its home for the copy as well.
+  const auto home = static_cast<std::uint32_t>(region_.home_of(batch.front().unit));
+  std::map<std::uint32_t, std::vector<std::uint32_t>> by_creator;  // creator -> (unit, after, through)...
+  for (const fetch_unit& f : batch)
+    for (const wanted& w : f.wants) {
+      auto& req = by_creator[w.creator];
+      req.insert(req.end(), {f.unit, w.after, w.through});
+    }
+  if (need_copy && !by_creator.count(home)) by_creator[home] = {batch.front().unit, home_after, home_after};
+  std::vector<std::pair<std::uint32_t, box_ptr>> boxes;
+  for (auto& [creator, req] : by_creator) {
+    MDSM_ASSERT(static_cast<int>(creator) != rank_, "fetching from oneself");
     auto box = std::make_shared<reply_box>();
     const std::uint32_t token = register_box(box);
-    const std::uint32_t request[3] = {u, a.after, a.through};
-    stats::add(a.copy ? stats::counter::page_requests : stats::counter::diff_requests);
-    send_protocol(static_cast<int>(a.creator), a.copy ? op_copy_request : op_diff_request, token,
-                  std::as_bytes(std::span<const std::uint32_t>(request)));
-    boxes.push_back(std::move(box));
+    const bool copy = need_copy && creator == home;
+    stats::add(copy ? stats::counter::page_requests : stats::counter::diff_requests);
+    net::byte_writer out;
+    if (!copy) out.put(static_cast<std::uint32_t>(req.size() / 3));
+    out.put_array<std::uint32_t>(req);
+    send_protocol(static_cast<int>(creator), copy ? op_copy_request : op_diff_request, token, out.bytes());
+    boxes.emplace_back(creator, std::move(box));
   }
   // All writers are asked at once; wait for every reply.
   progress_.wait_until([&] {
-    return std::all_of(boxes.begin(), boxes.end(), [](const box_ptr& b) { return b->ready.load(std::memory_order_acquire); });
+    return std::all_of(boxes.begin(), boxes.end(),
+                       [](const auto& b) { return b.second->ready.load(std::memory_order_acquire); });
   });
-  fetch_result res;
-  for (std::size_t k = 0; k < boxes.size(); ++k) {
-    auto& box = boxes[k];
-    net::byte_reader in(box->data);
-    if (in.get<std::uint32_t>() != u) net::byte_reader::malformed("reply for another unit");
-    const std::uint32_t creator = static_cast<std::uint32_t>(box->source);
-    if (asks[k].copy) {
-      if (in.get<std::uint8_t>() == 0) {
-        res.allocated = false;
-        continue;
-      }
-      res.copy = in.get_bytes(region_.unit());
-    }
+  auto read_pieces = [&](net::byte_reader& in, std::uint32_t creator, fetch_unit& f) {
     const auto count = in.get<std::uint32_t>();
     for (std::uint32_t i = 0; i < count; ++i) {
-      fetch_result::piece p;
+      fetch_unit::piece p;
       p.creator = creator;
       p.first = in.get<std::uint32_t>();
       p.last = in.get<std::uint32_t>();
       if (p.first == 0 || p.last < p.first) net::byte_reader::malformed("piece with an empty interval range");
       p.serial = in.get<std::uint32_t>();
       p.bytes = in.get_bytes(in.get<std::uint32_t>());
-      res.pieces.push_back(std::move(p));
+      f.pieces.push_back(std::move(p));
+    }
+  };
+  std::vector<box_ptr> replies;
+  for (auto& [creator, box] : boxes) {
+    net::byte_reader in(box->data);
+    if (need_copy && creator == home) {
+      fetch_unit& f = batch.front();
+      if (in.get<std::uint32_t>() != f.unit) net::byte_reader::malformed("reply for another unit");
+      if (in.get<std::uint8_t>() == 0) return {};  // not allocated at the home
+      f.copy = in.get_bytes(region_.unit());
+      read_pieces(in, creator, f);
+    } else {
+      const auto n = in.get<std::uint32_t>();
+      if (n != by_creator[creator].size() / 3) net::byte_reader::malformed("reply for another set of units");
+      for (std::uint32_t k = 0; k < n; ++k) {
+        const auto unit = in.get<std::uint32_t>();
+        auto f = std::find_if(batch.begin(), batch.end(), [&](const fetch_unit& x) { return x.unit == unit; });
+        if (f == batch.end() || unit != by_creator[creator][3 * k]) net::byte_reader::malformed("reply for another unit");
+        read_pieces(in, creator, *f);
+      }
     }
     in.expect_done();
-    res.replies.push_back(box);
+    replies.push_back(box);
   }
-  return res;
+  return replies;
+}
+
+void engine::install_locked(fetch_unit& f, page_entry& pe) {
+  std::byte* page = region_.lib_unit(f.unit);
+  if (!f.copy.empty()) copy_unit(page, f.copy.data(), region_.unit());
+  if (pe.applied_through.empty()) pe.applied_through.assign(static_cast<std::size_t>(size_), 0);
+  for (const auto& piece : f.pieces) {  // in happened-before order (order_pieces)
+    // An earlier fetch (for an earlier interval it also covers) may have applied it.
+    auto seen = std::find_if(pe.applied.begin(), pe.applied.end(), [&](const auto& e) { return e.first == piece.creator; });
+    if (seen == pe.applied.end()) seen = pe.applied.insert(pe.applied.end(), {piece.creator, 0});
+    if (piece.serial <= seen->second) continue;
+    seen->second = piece.serial;
+    apply_diff(page, region_.unit(), piece.bytes);
+    stats::add(stats::counter::diffs_applied);
+    stats::add(stats::counter::diff_bytes_applied, piece.bytes.size());
+    // A piece holds every write of its creator to this unit in [first, last], and the
+    // creator's earlier pieces were applied before or in this fetch (known intervals are
+    // downward closed), so everything up to `last` is now in the copy.
+    auto& through = pe.applied_through[piece.creator];
+    through = std::max(through, piece.last);
+  }
+  // Every writer served all of its writes in the range asked for.
+  for (const wanted& w : f.wants) {
+    auto& through = pe.applied_through[w.creator];
+    through = std::max(through, w.through);
+  }
+}
+
+void engine::order_pieces(std::vector<fetch_unit>& batch) {
+  // An order consistent with happened-before: each piece at the vector-time sum of the first
+  // interval it holds that the fetch asked for, then by creator and serial. (The sums come from
+  // the interval store, under meta_, which must not be taken under a page lock.)
+  {
+    std::lock_guard meta(meta_);
+    for (fetch_unit& f : batch)
+      for (auto& piece : f.pieces) {
+        std::uint32_t asked = piece.first;
+        for (const wanted& w : f.wants)
+          if (w.creator == piece.creator) asked = std::max(asked, w.after + 1);
+        const record_ptr r = store_.find(piece.creator, asked);
+        piece.sum = r ? r->vt.sum() : 0;
+      }
+  }
+  for (fetch_unit& f : batch)
+    std::sort(f.pieces.begin(), f.pieces.end(), [](const fetch_unit::piece& a, const fetch_unit::piece& b) {
+      if (a.sum != b.sum) return a.sum < b.sum;
+      return a.creator != b.creator ? a.creator < b.creator : a.serial < b.serial;
+    });
 }
 
 bool engine::validate(std::uint32_t u, access how) {
@@ -287,9 +371,10 @@ bool engine::validate(std::uint32_t u, access how) {
       });
       continue;
     }
-    const std::vector<wanted> wants = wanted_locked(u, pe);
+    std::vector<fetch_unit> batch;
+    batch.push_back(fetch_unit{u, wanted_locked(u, pe), {}, {}});
     const bool need_copy = pe.state == page_state::no_copy;
-    if (wants.empty() && !need_copy) {
+    if (batch.front().wants.empty() && !need_copy) {
       // Out of date no more (a piece applied meanwhile covered the notices).
       if (!settle_locked(u, pe)) continue;
       if (how == access::write) make_writable_locked(u, pe);
@@ -301,49 +386,42 @@ bool engine::validate(std::uint32_t u, access how) {
     if (pe.twin) make_diff_locked(u, pe);
     const std::uint32_t home_after = pe.applied_through_of(static_cast<std::uint32_t>(region_.home_of(u)));
     lk.unlock();
+    if (!need_copy) gather_neighbours(batch);
 
-    fetch_result res;
+    auto done_fetching = [&](std::uint32_t v) {
+      std::lock_guard g(pages_.lock_of(v));
+      page_entry& e = pages_.at(v);
+      e.fetching = false;
+      ++e.fetch_generation;
+    };
+    std::vector<box_ptr> replies;
     try {
-      res = fetch(u, wants, need_copy, home_after);
+      replies = fetch(batch, need_copy, home_after);
+      order_pieces(batch);
     } catch (...) {
-      lk.lock();
-      pe.fetching = false;
-      ++pe.fetch_generation;
+      for (const fetch_unit& f : batch) done_fetching(f.unit);
       throw;
     }
-    // Apply in an order consistent with happened-before: each piece at the vector-time sum of
-    // the first interval it holds that this fetch asked for, then by creator and serial.
-    struct step {
-      std::uint64_t sum;
-      std::uint32_t creator;
-      std::uint32_t serial;
-      std::size_t piece;
-    };
-    std::vector<step> order;
-    {
-      std::lock_guard meta(meta_);
-      for (std::size_t p = 0; p < res.pieces.size(); ++p) {
-        const auto& piece = res.pieces[p];
-        std::uint32_t asked = piece.first;
-        for (const wanted& w : wants)
-          if (w.creator == piece.creator) asked = std::max(asked, w.after + 1);
-        const record_ptr r = store_.find(piece.creator, asked);
-        order.push_back(step{r ? r->vt.sum() : 0, piece.creator, piece.serial, p});
-      }
+    // The neighbours: installed and readable (their fetch is done whatever happens to u).
+    for (std::size_t k = 1; k < batch.size(); ++k) {
+      fetch_unit& f = batch[k];
+      std::lock_guard g(pages_.lock_of(f.unit));
+      page_entry& e = pages_.at(f.unit);
+      e.fetching = false;
+      ++e.fetch_generation;
+      install_locked(f, e);
+      if (settle_locked(f.unit, e)) set_prot_locked(f.unit, e, os::prot::read);
     }
-    std::sort(order.begin(), order.end(), [](const step& a, const step& b) {
-      if (a.sum != b.sum) return a.sum < b.sum;
-      return a.creator != b.creator ? a.creator < b.creator : a.serial < b.serial;
-    });
 
     lk.lock();
     pe.fetching = false;
     ++pe.fetch_generation;
-    if (!res.allocated) {
-      // Stays no_copy. In another rank's arena that is the answer: nothing is allocated there.
-      // A collective unit this rank has allocated is allocated on its home too, or will be at
-      // once: the home may not have finished the same alloc_collective yet (our copy was dropped
-      // by a garbage collection, the range freed and allocated again). Ask again shortly.
+    if (replies.empty()) {
+      // Not allocated at the home: stays no_copy. In another rank's arena that is the answer:
+      // nothing is allocated there. A collective unit this rank has allocated is allocated on its
+      // home too, or will be at once: the home may not have finished the same alloc_collective
+      // yet (our copy was dropped by a garbage collection, the range freed and allocated again).
+      // Ask again shortly.
       const auto now = std::chrono::steady_clock::now();
       if (give_up == std::chrono::steady_clock::time_point{}) give_up = now + std::chrono::seconds(30);
       if (region_.arena_owner(u) >= 0 || pe.state == page_state::unallocated || now > give_up) return false;
@@ -352,30 +430,7 @@ bool engine::validate(std::uint32_t u, access how) {
       progress_.wait_until([&] { return std::chrono::steady_clock::now() >= retry_at; });
       continue;
     }
-    std::byte* page = region_.lib_unit(u);
-    if (need_copy) copy_unit(page, res.copy.data(), region_.unit());
-    if (pe.applied_through.empty()) pe.applied_through.assign(static_cast<std::size_t>(size_), 0);
-    for (const step& s : order) {
-      const auto& piece = res.pieces[s.piece];
-      // An earlier fetch (for an earlier interval it also covers) may have applied it.
-      auto seen = std::find_if(pe.applied.begin(), pe.applied.end(), [&](const auto& e) { return e.first == s.creator; });
-      if (seen == pe.applied.end()) seen = pe.applied.insert(pe.applied.end(), {s.creator, 0});
-      if (s.serial <= seen->second) continue;
-      seen->second = s.serial;
-      apply_diff(page, region_.unit(), piece.bytes);
-      stats::add(stats::counter::diffs_applied);
-      stats::add(stats::counter::diff_bytes_applied, piece.bytes.size());
-      // A piece holds every write of its creator to this unit in [first, last], and the
-      // creator's earlier pieces were applied before or in this fetch (known intervals are
-      // downward closed), so everything up to `last` is now in the copy.
-      auto& through = pe.applied_through[piece.creator];
-      through = std::max(through, piece.last);
-    }
-    // Every writer served all of its writes in the range asked for.
-    for (const wanted& w : wants) {
-      auto& through = pe.applied_through[w.creator];
-      through = std::max(through, w.through);
-    }
+    install_locked(batch.front(), pe);
     // Notices that arrived during the fetch are still wanted; the loop fetches them next.
     if (!settle_locked(u, pe)) continue;
     // A write fault (x86 tells; `++*p` is one) twins the copy just made and opens it read-write

@@ -1,9 +1,10 @@
 // Operation codes of the coherence channel (frame_header::handler on net::channel::coherence)
 // and their payloads. Replies carry the request's token.
 //
-//   op_diff_request       u32 unit, u32 after, u32 through   (the receiver's writes to the unit in
-//                                                             its intervals (after, through])
-//   op_diff_reply         u32 unit, pieces
+//   op_diff_request       u32 n, (u32 unit, u32 after, u32 through)[n]   (per unit: the receiver's
+//                                   writes to it in its intervals (after, through]; n >= 1, the
+//                                   faulting unit first, then neighbours fetched in the same round)
+//   op_diff_reply         u32 n, (u32 unit, pieces)[n]             (in request order)
 //   op_copy_request       u32 unit, u32 after, u32 through   (to the unit's home; the range may
 //                                                             be empty: after >= through)
 //   op_copy_reply         u32 unit, u8 allocated, [unit bytes if allocated], pieces

@@ -108,23 +108,30 @@ void engine::note_fetch_locked(std::uint32_t u, page_entry& pe, int source, std:
 
 void engine::serve_diff_request(const net::inbound_frame& f, bool with_copy) {
   net::byte_reader in(f.payload());
-  const auto u = in.get<std::uint32_t>();
-  const auto after = in.get<std::uint32_t>();
-  const auto through = in.get<std::uint32_t>();
+  // A copy request names one unit; a diff request a batch of them.
+  const std::uint32_t n = with_copy ? 1 : in.get<std::uint32_t>();
+  if (n == 0 || n > in.remaining() / 12) net::byte_reader::malformed("diff request with a bad unit count");
+  std::vector<std::uint32_t> req;
+  in.get_array(std::size_t{n} * 3, req);
   in.expect_done();
-  if (u >= region_.units()) net::byte_reader::malformed("request for a unit outside the region");
-  if (through > last_closed_.load(std::memory_order_relaxed))
-    net::byte_reader::malformed("request for an interval this rank has not closed");
+  const std::uint32_t closed = last_closed_.load(std::memory_order_relaxed);
+  for (std::uint32_t k = 0; k < n; ++k) {
+    if (req[3 * k] >= region_.units()) net::byte_reader::malformed("request for a unit outside the region");
+    if (req[3 * k + 2] > closed) net::byte_reader::malformed("request for an interval this rank has not closed");
+  }
   net::byte_writer out;
-  out.put(u);
-  {
+  if (!with_copy) out.put(n);
+  for (std::uint32_t k = 0; k < n; ++k) {
+    const std::uint32_t u = req[3 * k], after = req[3 * k + 1], through = req[3 * k + 2];
+    out.put(u);
     std::lock_guard lk(pages_.lock_of(u));
     page_entry& pe = pages_.at(u);
     if (with_copy) {
       // Only the home is asked for copies, and the home never drops its copy.
       const bool allocated = pe.state != page_state::unallocated && pe.state != page_state::no_copy;
       out.put(static_cast<std::uint8_t>(allocated ? 1 : 0));
-      if (allocated) out.put_bytes(std::span<const std::byte>(region_.lib_unit(u), region_.unit()));
+      if (!allocated) break;
+      out.put_bytes(std::span<const std::byte>(region_.lib_unit(u), region_.unit()));
     }
     const std::uint32_t held = through > after ? encode_pieces_locked(u, pe, after, through, out) : 0;
     if (through <= after) out.put(std::uint32_t{0});

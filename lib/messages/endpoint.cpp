@@ -146,6 +146,8 @@ void endpoint::send_annotated(int dest, const net::frame_header& header, std::sp
   h.cinfo_len = static_cast<std::uint32_t>(cinfo_len);
   frame.fill_slot(header_at, h);
   transport_.send_frame(dest, frame.bytes());
+  // A REQUEST expects an answer (a lock grant, an item, a reply): wake the receiver if it naps.
+  if (a == annotation::request) transport_.bells().ring(dest);
 }
 
 inline void endpoint::run_handler(detail::inbound& in) {

@@ -3,6 +3,7 @@
 #include "common/check.hpp"
 #include "common/deferred.hpp"
 #include "common/env.hpp"
+#include "os/futex.hpp"
 #include "os/topology.hpp"
 #include "stats/counters.hpp"
 
@@ -142,6 +143,7 @@ void progress::park(std::uint64_t& nap_ns) {
 void progress::thread_main() {
   // Precise short sleeps: the default 50 us timer slack would stretch every nap.
   prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
+  os::request_short_slice();
   bool dedicated = false;
   if (cfg_.pin) pinning_ = os::topology::pin_to_spare_pu(cfg_.local_rank, cfg_.local_size, &dedicated);
   else pinning_ = "not pinned (MDSM_PROGRESS_PIN=0)";
@@ -176,8 +178,20 @@ void progress::thread_main() {
       cpu_relax();
       continue;
     }
-    timespec ts{static_cast<time_t>(nap / 1'000'000'000), static_cast<long>(nap % 1'000'000'000)};
-    nanosleep(&ts, nullptr);
+    // Sleep on this rank's doorbell: a rank of this host that sends us a request rings it, so
+    // the nap ends at once when there is work and lasts otherwise (net/doorbells.hpp).
+    bool rung = false;
+    try {
+      rung = transport_.bells().nap(nap, [&] { return try_poll(k_batch, true); });
+    } catch (const error& e) {
+      detail::defer_error(e);
+    }
+    if (rung) {
+      idle_since = now_ns();
+      nap = cfg_.sleep_min_ns;
+      park_nap = cfg_.sleep_max_ns;
+      continue;
+    }
     nap = std::min(nap * 2, cfg_.sleep_max_ns);
   }
 }

@@ -74,6 +74,7 @@ transport::transport(MPI_Comm base, std::size_t inline_max) : inline_max_(inline
   MPI_Comm_set_errhandler(coll_comm_, MPI_ERRORS_RETURN);
   MPI_Comm_rank(comm_, &rank_);
   MPI_Comm_size(comm_, &size_);
+  bells_ = std::make_unique<doorbells>(comm_);
   sent_base_ = stats::get_since_load(stats::counter::frames_sent);
   // Every slot starts on a cache line of its own.
   ring_stride_ = (inline_max_ + 63) / 64 * 64;
@@ -101,6 +102,7 @@ transport::~transport() {
     }
     MPI_Request_free(&r);
   }
+  bells_.reset();
   MPI_Comm_free(&coll_comm_);
   MPI_Comm_free(&comm_);
 }

@@ -13,6 +13,7 @@
 // progress lock (lib/net/progress.hpp), which is what makes handlers run one at a time.
 #pragma once
 
+#include "net/doorbells.hpp"
 #include "net/wire.hpp"
 #include "stats/counters.hpp"
 
@@ -129,6 +130,9 @@ class transport {
   // sends. Returns the number of frames delivered. Pre: caller holds the progress lock.
   std::size_t poll(std::size_t max_frames);
 
+  // The doorbells of this host's ranks: ring(dest) after sending a frame that expects a reply.
+  doorbells& bells() noexcept { return *bells_; }
+
   // Frames this rank has sent / received so far (termination detection at finalize).
   // Not for hot paths (sums the per-thread statistics).
   std::uint64_t frames_sent() const;
@@ -172,6 +176,7 @@ class transport {
 
   MPI_Comm comm_ = MPI_COMM_NULL;
   MPI_Comm coll_comm_ = MPI_COMM_NULL;
+  std::unique_ptr<doorbells> bells_;
   int rank_ = 0;
   int size_ = 0;
   std::size_t inline_max_;

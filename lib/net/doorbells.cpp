@@ -1,0 +1,70 @@
+#include "net/doorbells.hpp"
+
+#include "os/futex.hpp"
+#include "stats/counters.hpp"
+
+#include <ctime>
+#include <new>
+
+namespace mdsm::net {
+
+doorbells::doorbells(MPI_Comm comm) {
+  int size = 0;
+  MPI_Comm_size(comm, &size);
+  slots_.assign(static_cast<std::size_t>(size), nullptr);
+  MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node_);
+  MPI_Comm_set_errhandler(node_, MPI_ERRORS_RETURN);
+  int node_rank = 0, node_size = 1, rank = 0;
+  MPI_Comm_rank(node_, &node_rank);
+  MPI_Comm_size(node_, &node_size);
+  MPI_Comm_rank(comm, &rank);
+  std::vector<int> ranks(static_cast<std::size_t>(node_size));
+  MPI_Allgather(&rank, 1, MPI_INT, ranks.data(), 1, MPI_INT, node_);
+  // One window for the host: node rank 0 allocates every slot, contiguously.
+  void* base = nullptr;
+  const MPI_Aint bytes = node_rank == 0 ? static_cast<MPI_Aint>(sizeof(slot)) * node_size : 0;
+  int ok = MPI_Win_allocate_shared(bytes, 1, MPI_INFO_NULL, node_, &base, &win_) == MPI_SUCCESS ? 1 : 0;
+  int all_ok = 0;
+  MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, node_);
+  if (all_ok) {
+    MPI_Aint got = 0;
+    int disp = 0;
+    void* first = nullptr;
+    all_ok = MPI_Win_shared_query(win_, 0, &got, &disp, &first) == MPI_SUCCESS &&
+             got >= static_cast<MPI_Aint>(sizeof(slot)) * node_size && first != nullptr;
+    int agree = all_ok ? 1 : 0;
+    MPI_Allreduce(&agree, &all_ok, 1, MPI_INT, MPI_MIN, node_);
+    if (all_ok) {
+      auto* slots = static_cast<slot*>(first);
+      if (node_rank == 0)
+        for (int i = 0; i < node_size; ++i) new (&slots[i]) slot();
+      MPI_Barrier(node_);  // initialized before anyone rings
+      for (int i = 0; i < node_size; ++i) slots_[static_cast<std::size_t>(ranks[static_cast<std::size_t>(i)])] = &slots[i];
+      mine_ = &slots[node_rank];
+    }
+  }
+  if (!all_ok && win_ != MPI_WIN_NULL) {
+    MPI_Win_free(&win_);
+    win_ = MPI_WIN_NULL;
+  }
+}
+
+doorbells::~doorbells() {
+  if (win_ != MPI_WIN_NULL) MPI_Win_free(&win_);
+  if (node_ != MPI_COMM_NULL) MPI_Comm_free(&node_);
+}
+
+void doorbells::sleep(std::uint64_t ns) noexcept {
+  timespec ts{static_cast<time_t>(ns / 1'000'000'000), static_cast<long>(ns % 1'000'000'000)};
+  nanosleep(&ts, nullptr);
+}
+
+void doorbells::wait(std::uint32_t seen, std::uint64_t ns) noexcept { os::futex_wait(mine_->bell, seen, ns); }
+
+void doorbells::ring_slow(slot& s) noexcept {
+  s.bell.fetch_add(1, std::memory_order_seq_cst);
+  os::futex_wake(s.bell);
+  stats::add(stats::counter::doorbells_rung);
+}
+
+}  // namespace mdsm::net

@@ -184,7 +184,8 @@ class machine_lock:
 
     def __enter__(self):
         if self.enabled:
-            self.fd = os.open(LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o666)
+            # Read-only, as flock(1) opens it: whoever created the file, everyone can lock it.
+            self.fd = os.open(LOCK_FILE, os.O_RDONLY | os.O_CREAT, 0o666)
             fcntl.flock(self.fd, fcntl.LOCK_EX)
         return self
 
@@ -498,12 +499,15 @@ def plot(rows, apps, out):
     max_ranks = max(r["ranks"] for r in rows)
     over = os.cpu_count() or 1
     for ax, app in zip(axes.flat, apps):
-        for version in APPS[app][1]:
+        versions = APPS[app][1]
+        for i, version in enumerate(versions):
             pts = sorted((r["ranks"], r["speedup"], r["speedup_min"], r["speedup_max"]) for r in rows
                          if r["app"] == app and r["version"] == version and r.get("speedup") is not None)
             if not pts:
                 continue
-            x = [p[0] for p in pts]
+            # Versions side by side around each rank count, so that their range bars do not overlap.
+            dodge = 0.06 * (i - (len(versions) - 1) / 2)
+            x = [p[0] + dodge for p in pts]
             y = [p[1] for p in pts]
             lo = [p[1] - (p[2] if p[2] is not None else p[1]) for p in pts]
             hi = [(p[3] if p[3] is not None else p[1]) - p[1] for p in pts]
@@ -519,7 +523,7 @@ def plot(rows, apps, out):
         ax.set_xlim(0.5, max_ranks + 0.5)
         ax.set_ylim(bottom=0)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=8, loc="upper left")
     for ax in list(axes.flat)[len(apps):]:
         ax.set_visible(False)
     fig.suptitle("Speedup per version (same version at 1 rank = 1; median, bars: range over repetitions)")

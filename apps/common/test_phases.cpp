@@ -1,6 +1,6 @@
-// Checks the block row partition of phases.hpp without MPI: the blocks tile [0, n) in rank
+// Checks the block row partition of rows.hpp without MPI: the blocks tile [0, n) in rank
 // order, differ in size by at most one, and owner_of_row inverts block_of.
-#include "common/phases.hpp"
+#include "common/rows.hpp"
 
 #include <cstdio>
 

@@ -11,9 +11,11 @@
 //            reads of a neighbour's boundary row after its writes and its next writes after
 //            our reads. At the end every rank signals rank 0, which then sees the whole grid.
 // Sizes: --size=N (default 1024, --quick 64), --steps=S iterations of red + black (default 20,
-// --quick 4). Rank 0 verifies against a sequential red-black SOR (same arithmetic).
+// --quick 4). Rank 0 verifies against a sequential red-black SOR (same arithmetic, sor_kernel.hpp,
+// shared with sor_mpi.cpp, the plain-MPI reference version).
 #include "common/app.hpp"
 #include "common/phases.hpp"
+#include "sor/sor_kernel.hpp"
 
 #include <mdsm/mdsm.hpp>
 
@@ -21,30 +23,7 @@
 #include <string>
 #include <vector>
 
-namespace {
-
 using namespace mdsm_apps;
-
-constexpr double k_omega = 1.25;
-
-double initial_value(std::uint64_t seed, long i, long j) { return uniform3(seed, i, j); }
-
-// Updates the points of `colour` in rows [begin, end) (clipped to the interior).
-void half_sweep(double* g, long n, long begin, long end, int colour) {
-  if (begin < 1) begin = 1;
-  if (end > n - 1) end = n - 1;
-  for (long i = begin; i < end; ++i) {
-    double* row = g + i * n;
-    const double* up = row - n;
-    const double* down = row + n;
-    long j = (i + colour) % 2;
-    if (j == 0) j = 2;
-    for (; j < n - 1; j += 2)
-      row[j] = (1 - k_omega) * row[j] + k_omega * 0.25 * (up[j] + down[j] + row[j - 1] + row[j + 1]);
-  }
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
   const args opt = parse_args(argc, argv, "barrier");
@@ -81,13 +60,13 @@ int main(int argc, char** argv) {
   const double start = begin_measurement();
   if (opt.version == "barrier") {
     for (long s = 0; s < half_sweeps; ++s) {
-      half_sweep(g, n, mine.begin, mine.end, static_cast<int>(s % 2));
+      half_sweep(g, 0, n, mine.begin, mine.end, static_cast<int>(s % 2));
       bar.arrive_and_wait();
     }
   } else {
     for (long s = 0; s < half_sweeps; ++s) {
       if (s > 0) step_done.wait(s - 1, neighbours);
-      half_sweep(g, n, mine.begin, mine.end, static_cast<int>(s % 2));
+      half_sweep(g, 0, n, mine.begin, mine.end, static_cast<int>(s % 2));
       if (s + 1 < half_sweeps) step_done.signal(neighbours, s);
     }
     if (me != 0) done.signal(0, half_sweeps);
@@ -100,7 +79,7 @@ int main(int argc, char** argv) {
     std::vector<double> want(nn);
     for (long i = 0; i < n; ++i)
       for (long j = 0; j < n; ++j) want[i * n + j] = initial_value(opt.seed, i, j);
-    for (long s = 0; s < half_sweeps; ++s) half_sweep(want.data(), n, 0, n, static_cast<int>(s % 2));
+    for (long s = 0; s < half_sweeps; ++s) half_sweep(want.data(), 0, n, 0, n, static_cast<int>(s % 2));
     ok = compare("sor grid", g, want.data(), nn, 1e-12);
   }
   ok = ok && step_done.pending() == 0 && done.pending() == 0;

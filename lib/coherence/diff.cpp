@@ -66,7 +66,8 @@ diff_isa g_isa = pick_isa();
 // ---- the changed-word mask of one block -------------------------------------------------------
 
 // Words [0, n) of a block (n <= 64, even: len is a multiple of 8).
-std::uint64_t block_mask_scalar(const std::byte* page, const std::byte* twin, std::size_t n) {
+[[gnu::always_inline]] inline std::uint64_t block_mask_scalar(const std::byte* page, const std::byte* twin,
+                                                              std::size_t n) {
   std::uint64_t bits = 0;
   for (std::size_t w = 0; w < n; w += 2) {
     const std::uint64_t x = load64(page + 4 * w) ^ load64(twin + 4 * w);
@@ -111,7 +112,8 @@ struct scan_result {
 // Appends the words of `bits` (not 0) from the block at `block`, in groups of four without a
 // branch per word; returns the new end. May write 12 bytes past it (the data area's slack): the
 // words after the last set bit repeat the block's first word (countr_zero(0) & 63 == 0).
-inline std::byte* copy_sparse(const std::byte* block, std::uint64_t bits, std::byte* out, std::size_t count) {
+[[gnu::always_inline]] inline std::byte* copy_sparse(const std::byte* block, std::uint64_t bits, std::byte* out,
+                                                     std::size_t count) {
   std::byte* const end = out + 4 * count;
   do {
     for (unsigned j = 0; j < 4; ++j) {
@@ -125,7 +127,8 @@ inline std::byte* copy_sparse(const std::byte* block, std::uint64_t bits, std::b
 
 // Appends the words of `bits` from `page` (one block of n words) at `out`; returns the new end.
 // May write 12 bytes past it (the data area's slack).
-std::byte* compress_scalar(const std::byte* page, std::uint64_t bits, std::size_t n, std::byte* out) {
+[[gnu::always_inline]] inline std::byte* compress_scalar(const std::byte* page, std::uint64_t bits, std::size_t n,
+                                                         std::byte* out) {
   if (bits == ~std::uint64_t{0}) {
     std::memcpy(out, page, k_block_bytes);
     return out + k_block_bytes;
@@ -140,9 +143,12 @@ std::byte* compress_scalar(const std::byte* page, std::uint64_t bits, std::size_
 }
 
 // The blocks [from, sh.blocks) with the portable code (everything without AVX-512; the partial
-// last block of a unit that is not a multiple of 256 bytes with AVX-512 too).
-scan_result scan_generic(const std::byte* page, const std::byte* twin, const shape& sh, std::size_t from,
-                         scan_result r, std::byte* buf) {
+// last block of a unit that is not a multiple of 256 bytes with AVX-512 too). Compiled twice:
+// plain, and for AVX2 machines with AVX2 compares and the popcnt/tzcnt instructions (plain
+// x86-64 has neither, and a libgcc call per popcount cost a quarter of a pushed hand-off).
+template <bool Avx2>
+[[gnu::always_inline]] inline scan_result scan_body(const std::byte* page, const std::byte* twin, const shape& sh,
+                                                    std::size_t from, scan_result r, std::byte* buf) {
   std::byte* const masks = buf + 8 * sh.summary_words;
   std::byte* const data = buf + sh.header_worst();
   std::byte* out = data + r.data_bytes;
@@ -150,12 +156,15 @@ scan_result scan_generic(const std::byte* page, const std::byte* twin, const sha
     const std::byte* p = page + b * k_block_bytes;
     const std::byte* t = twin + b * k_block_bytes;
     const std::size_t n = std::min(k_block_words, sh.words - b * k_block_words);
-    std::uint64_t bits;
+    std::uint64_t bits = 0;
 #if defined(__x86_64__)
-    if (g_isa != diff_isa::scalar && n == k_block_words) bits = block_mask_avx2(p, t);
-    else
+    if constexpr (Avx2) {
+      bits = n == k_block_words ? block_mask_avx2(p, t) : block_mask_scalar(p, t, n);
+    } else
 #endif
+    {
       bits = block_mask_scalar(p, t, n);
+    }
     if (bits == 0) continue;
     store64(buf + 8 * (b / 64), load64(buf + 8 * (b / 64)) | std::uint64_t{1} << (b % 64));
     store64(masks + 8 * r.blocks++, bits);
@@ -164,6 +173,20 @@ scan_result scan_generic(const std::byte* page, const std::byte* twin, const sha
   r.data_bytes = static_cast<std::size_t>(out - data);
   return r;
 }
+
+scan_result scan_generic(const std::byte* page, const std::byte* twin, const shape& sh, std::size_t from,
+                         scan_result r, std::byte* buf) {
+  return scan_body<false>(page, twin, sh, from, r, buf);
+}
+
+#if defined(__x86_64__)
+#define MDSM_AVX2 "avx2,popcnt,bmi,bmi2"
+__attribute__((target(MDSM_AVX2))) scan_result scan_avx2(const std::byte* page, const std::byte* twin,
+                                                         const shape& sh, std::size_t from, scan_result r,
+                                                         std::byte* buf) {
+  return scan_body<true>(page, twin, sh, from, r, buf);
+}
+#endif
 
 #if defined(__x86_64__)
 #define MDSM_AVX512 "avx512f,avx512bw,avx512vbmi,avx512vbmi2,popcnt"
@@ -292,7 +315,7 @@ struct parsed {
 
 [[noreturn]] void malformed(const char* why) { detail::fail(MDSM_ERR_MALFORMED, "diff: ", why); }
 
-parsed validate(std::span<const std::byte> enc, std::size_t len) {
+[[gnu::always_inline]] inline parsed validate(std::span<const std::byte> enc, std::size_t len) {
   parsed p;
   if (enc.empty()) return p;
   const shape sh(len);
@@ -326,7 +349,7 @@ parsed validate(std::span<const std::byte> enc, std::size_t len) {
 
 // Calls f(block, mask, data) for every changed block, data pointing at its first word.
 template <class F>
-void for_each_block(const parsed& p, F&& f) {
+[[gnu::always_inline]] inline void for_each_block(const parsed& p, F&& f) {
   const std::byte* mask = p.masks;
   const std::byte* data = p.data;
   for (std::size_t s = 0; s < p.summary_words; ++s) {
@@ -340,7 +363,7 @@ void for_each_block(const parsed& p, F&& f) {
   }
 }
 
-void expand_scalar(std::byte* dst, std::uint64_t bits, const std::byte* src) {
+[[gnu::always_inline]] inline void expand_scalar(std::byte* dst, std::uint64_t bits, const std::byte* src) {
   if (bits == ~std::uint64_t{0}) {
     std::memcpy(dst, src, k_block_bytes);
     return;
@@ -407,6 +430,7 @@ diff_bytes make_diff(const std::byte* page, const std::byte* twin, std::size_t l
   scan_result r;
 #if defined(__x86_64__)
   if (g_isa == diff_isa::avx512) r = scan_avx512(page, twin, sh, buf);
+  else if (g_isa == diff_isa::avx2) r = scan_avx2(page, twin, sh, 0, r, buf);
   else
 #endif
     r = scan_generic(page, twin, sh, 0, r, buf);
@@ -435,25 +459,54 @@ diff_bytes make_diff(const std::byte* page, const std::byte* twin, std::size_t l
   return out;
 }
 
-void apply_diff(std::byte* page, std::size_t len, std::span<const std::byte> encoded) {
+namespace {
+// apply_diff and diff_words, compiled plain and for AVX2 machines (popcnt, tzcnt).
+[[gnu::always_inline]] inline void apply_generic_body(std::byte* page, std::size_t len,
+                                                      std::span<const std::byte> encoded) {
   const parsed p = validate(encoded, len);  // everything is checked before the page is touched
-  const shape sh(len);
-#if defined(__x86_64__)
-  if (g_isa == diff_isa::avx512) {
-    for_each_block(p, [&](std::size_t b, std::uint64_t m, const std::byte* src) {
-      if (b < sh.full_blocks) expand_avx512(page + b * k_block_bytes, m, src);
-      else expand_scalar(page + b * k_block_bytes, m, src);
-    });
-    return;
-  }
-#endif
   for_each_block(p, [&](std::size_t b, std::uint64_t m, const std::byte* src) {
     expand_scalar(page + b * k_block_bytes, m, src);
   });
 }
+void apply_generic(std::byte* page, std::size_t len, std::span<const std::byte> encoded) {
+  apply_generic_body(page, len, encoded);
+}
+std::size_t words_generic(std::span<const std::byte> encoded, std::size_t len) {
+  return validate(encoded, len).changed_words;
+}
+#if defined(__x86_64__)
+__attribute__((target(MDSM_AVX2))) void apply_avx2(std::byte* page, std::size_t len,
+                                                   std::span<const std::byte> encoded) {
+  apply_generic_body(page, len, encoded);
+}
+__attribute__((target(MDSM_AVX512))) void apply_avx512(std::byte* page, std::size_t len,
+                                                       std::span<const std::byte> encoded) {
+  const parsed p = validate(encoded, len);  // everything is checked before the page is touched
+  const shape sh(len);
+  for_each_block(p, [&](std::size_t b, std::uint64_t m, const std::byte* src) {
+    if (b < sh.full_blocks) expand_avx512(page + b * k_block_bytes, m, src);
+    else expand_scalar(page + b * k_block_bytes, m, src);
+  });
+}
+__attribute__((target(MDSM_AVX2))) std::size_t words_avx2(std::span<const std::byte> encoded, std::size_t len) {
+  return validate(encoded, len).changed_words;
+}
+#endif
+}  // namespace
+
+void apply_diff(std::byte* page, std::size_t len, std::span<const std::byte> encoded) {
+#if defined(__x86_64__)
+  if (g_isa == diff_isa::avx512) return apply_avx512(page, len, encoded);
+  if (g_isa == diff_isa::avx2) return apply_avx2(page, len, encoded);
+#endif
+  apply_generic(page, len, encoded);
+}
 
 std::size_t diff_words(std::span<const std::byte> encoded, std::size_t len) {
-  return validate(encoded, len).changed_words;
+#if defined(__x86_64__)
+  if (g_isa != diff_isa::scalar) return words_avx2(encoded, len);
+#endif
+  return words_generic(encoded, len);
 }
 
 void copy_unit(std::byte* dst, const std::byte* src, std::size_t len) {
@@ -496,6 +549,13 @@ std::uint64_t hash_unit(const std::byte* p, std::size_t len) {
   h ^= h >> 33;
   h *= k2;
   h ^= h >> 29;
+  return h;
+}
+
+std::uint64_t sample_hash_unit(const std::byte* p, std::size_t len) {
+  if (len % 512 != 0) return hash_unit(p, len);
+  std::uint64_t h = 0;
+  for (std::size_t off = 0; off < len; off += 512) h = std::rotl(h, 17) ^ hash_unit(p + off, 64);
   return h;
 }
 

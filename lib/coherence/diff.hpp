@@ -114,9 +114,13 @@ inline unit_buffer make_unit_buffer(std::size_t len) {
 // Pre: the ranges do not overlap.
 void copy_unit(std::byte* dst, const std::byte* src, std::size_t len);
 
-// A 64-bit hash of a unit's contents (len a multiple of 32). It tells whether a hot unit was
-// written since the last look; a collision only keeps a unit hot one stretch longer.
+// A 64-bit hash of a unit's contents (len a multiple of 32).
 std::uint64_t hash_unit(const std::byte* p, std::size_t len);
+// The same over a sample: the first 64 bytes of every 512 (len a multiple of 512; else all of
+// it). It tells whether a hot unit was written since the last look, at an eighth of the reads
+// (SOR hashes its whole block at every check); a write the sample misses, like a collision,
+// only ends a hot stretch early, and the unit's next write faults and makes it hot again.
+std::uint64_t sample_hash_unit(const std::byte* p, std::size_t len);
 
 // Which instruction set make_diff / apply_diff / copy_unit use (chosen once at load: the widest
 // the CPU has; avx512 means AVX-512 F, BW, VBMI and VBMI2, as on Ice Lake and Zen 4). Tests force each supported one in turn; not for concurrent use.

@@ -12,8 +12,15 @@ void notice_index::paint(std::uint32_t creator, const std::vector<unit_run>& run
   segments& m = by_creator_[creator];
   for (const unit_run& run : runs) {
     const std::uint32_t a = run.first, b = run.end() - 1;
+    // The common case, a run painted again (a block or a page rewritten in every interval): the
+    // segment is [a, b] already; only its interval changes (no neighbour of the same interval
+    // can exist: intervals of one creator are painted in increasing order).
+    auto it = m.lower_bound(a);
+    if (it != m.end() && it->first == a && it->second.last == b) {
+      it->second.index = index;
+      continue;
+    }
     // The first segment that may overlap [a, b]: the one starting at or before a, if it reaches a.
-    auto it = m.upper_bound(a);
     if (it != m.begin() && std::prev(it)->second.last >= a) --it;
     // Cut what lies outside [a, b] off the overlapping segments, drop the rest.
     while (it != m.end() && it->first <= b) {

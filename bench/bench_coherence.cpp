@@ -4,10 +4,16 @@
 //       round trip (16-byte request, reply of the same bytes the fault moves) on the same
 //       transport settings, while mdsm's progress threads run;
 //   (b) diff creation and application for a 4 KiB page with 1%, 10% and 100% of its words
-//       changed, next to memcmp and memcpy of the page (internal API, lib/coherence/diff.hpp).
+//       changed, next to memcmp and memcpy of the page (internal API, lib/coherence/diff.hpp);
+//   (c) the hand-off of a dirty page: ranks 0 and 1 in turn read the page's counter words the
+//       other wrote, write them +1 and send the other a RELEASE (a page moving between writers,
+//       as under a lock), next to an mdsm NONE round trip;
+//   (d) a remote read fault while the serving rank computes (its progress thread naps), next to
+//       the same fault while it waits.
 // The summary at the end prints each ratio (targets: fault <= 2x the raw round trip; diff
-// creation >= 0.5x memcmp bandwidth), and the floor of (a): a local protection fault with no
-// network, which bounds the best ratio any page-based DSM can reach on the machine.
+// creation >= 0.5x memcmp bandwidth; hand-off <= 5 us and <= 10x a NONE round trip), and the
+// floor of (a): a local protection fault with no network, which bounds the best ratio any
+// page-based DSM can reach on the machine.
 //
 // Every rank runs the (a) benchmarks with fixed iteration counts so they stay in step; rank 0
 // reports. (b) runs on rank 0 only. Run: tools/mdsmrun -n 2 build/bench/bench_coherence
@@ -115,8 +121,12 @@ void record(benchmark::State& state, const std::string& name, double total_secon
 void fault_diff(benchmark::State& state) {
   const int percent = static_cast<int>(state.range(0));
   const auto words = changed_words(percent);
-  static std::uint32_t* page = nullptr;
-  if (page == nullptr) page = mdsm::alloc_collective_array<std::uint32_t>(k_words);
+  // A page read for the first time since it was written, in every iteration: a page rank 0
+  // re-read after each release would be pushed to it along with the release (no fault at all;
+  // that path is (c)). Pages written in turn, one apart, so no fetch takes a neighbour along.
+  // Fresh pages for every repetition, for the same reason.
+  std::uint32_t* pages = mdsm::alloc_collective_array<std::uint32_t>(2 * k_fault_iterations * k_words);
+  std::uint32_t* page = pages;
   mdsm::barrier b;
   // Before the barrier: rank 1's first release may arrive before rank 0 has left it.
   const int base_rel = g_releases.load(), base_ack = g_acks.load();
@@ -125,6 +135,7 @@ void fault_diff(benchmark::State& state) {
   int i = 0;
   double total = 0;
   for (auto _ : state) {
+    page = pages + 2 * static_cast<std::size_t>(i % k_fault_iterations) * k_words;
     ++i;
     if (g_rank == 1) {
       ++value;
@@ -269,6 +280,122 @@ void mpi_round_trip(benchmark::State& state) {
   record(state, "MPI_round_trip/" + std::to_string(bytes) + "B", total);
 }
 
+// ---- (c) hand-off of a dirty page, (d) a fault while the server computes ----------------------
+
+std::atomic<int> g_turns{0};
+mdsm::handler_id g_turn_h = 0, g_ping_h = 0, g_pong_h = 0;
+std::atomic<int> g_pongs{0}, g_pings{0};
+
+void register_more_handlers() {
+  g_turn_h = mdsm::register_handler("bench.turn", [](mdsm::message& m) {
+    m.accept();
+    ++g_turns;
+  });
+  g_ping_h = mdsm::register_handler("bench.ping", [](mdsm::message& m) {
+    mdsm::send_value(m.origin(), g_pong_h, 0, mdsm::annotation::none);
+    ++g_pings;
+  });
+  g_pong_h = mdsm::register_handler("bench.pong", [](mdsm::message&) { ++g_pongs; });
+}
+
+// Ranks 0 and 1 pass a RELEASE back and forth; on its turn a rank checks the counter words the
+// other wrote and writes them +1. One hand-off = half a round; timed on rank 0 over whole rounds.
+void handoff(benchmark::State& state) {
+  constexpr int k_counters = 8;
+  static std::uint32_t* page = nullptr;
+  if (page == nullptr) page = mdsm::alloc_collective_array<std::uint32_t>(k_words);
+  mdsm::barrier b;
+  const int base = g_turns.load();
+  if (g_rank == 0)
+    for (int w = 0; w < k_counters; ++w) page[w * 97] = 0;
+  b.arrive_and_wait();
+  bool ok = true;
+  std::uint32_t expect = 0;
+  int turn = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (auto _ : state) {
+    if (g_rank == 0) {
+      if (turn > 0) mdsm::wait_until([&] { return g_turns.load() == base + turn; });
+      for (int w = 0; w < k_counters; ++w) ok = ok && page[w * 97] == expect;
+      for (int w = 0; w < k_counters; ++w) page[w * 97] = expect + 1;
+      mdsm::send_value(1, g_turn_h, 0, mdsm::annotation::release);
+    } else if (g_rank == 1) {
+      mdsm::wait_until([&] { return g_turns.load() == base + turn + 1; });
+      for (int w = 0; w < k_counters; ++w) ok = ok && page[w * 97] == expect + 1;
+      for (int w = 0; w < k_counters; ++w) page[w * 97] = expect + 2;
+      mdsm::send_value(0, g_turn_h, 0, mdsm::annotation::release);
+    }
+    expect += 2;
+    ++turn;
+  }
+  if (g_rank == 0) mdsm::wait_until([&] { return g_turns.load() == base + turn; });
+  const double total = seconds_since(t0);
+  b.arrive_and_wait();
+  if (!ok) state.SkipWithError("a hand-off lost a write");
+  if (g_rank == 0) g_means["handoff/dirty_page"].push_back(total * 1e9 / (2.0 * static_cast<double>(state.iterations())));
+}
+
+// An mdsm NONE round trip: rank 0 sends, rank 1's handler replies.
+void none_round_trip(benchmark::State& state) {
+  mdsm::barrier b;
+  const int base = g_pongs.load();
+  b.arrive_and_wait();
+  int i = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (auto _ : state) {
+    if (g_rank == 0) {
+      ++i;
+      mdsm::send_value(1, g_ping_h, 0, mdsm::annotation::none);
+      mdsm::wait_until([&] { return g_pongs.load() == base + i; });
+    }
+  }
+  const double total = seconds_since(t0);
+  b.arrive_and_wait();
+  if (g_rank == 0) g_means["none_round_trip"].push_back(total * 1e9 / static_cast<double>(state.iterations()));
+}
+
+// Rank 1 writes one word of every other page of a block and releases it to rank 0, then
+// computes (busy, without entering mdsm) for as long as rank 0 reads the pages one by one, 1 ms
+// apart; or, with range(0) == 0, waits in mdsm meanwhile. The median fault time is recorded.
+void fault_while_busy(benchmark::State& state) {
+  const bool busy = state.range(0) != 0;
+  constexpr int k_pages = 200;
+  // Fresh pages every time (pages read again and again would be pushed along with the release).
+  std::uint32_t* block = mdsm::alloc_collective_array<std::uint32_t>(2 * k_pages * k_words);
+  std::vector<double> times;
+  const std::uint32_t round = 1;
+  for (auto _ : state) {
+    mdsm::barrier b;
+    const int base = g_releases.load();
+    b.arrive_and_wait();
+    if (g_rank == 1) {
+      for (int p = 0; p < k_pages; ++p) block[2 * p * k_words] = round * 1000 + static_cast<std::uint32_t>(p);
+      mdsm::send_value(0, g_release_h, 0L, mdsm::annotation::release);
+      if (busy) {
+        const auto t0 = std::chrono::steady_clock::now();
+        double x = 0;
+        while (seconds_since(t0) < k_pages * 1.2e-3) {
+          for (int k = 0; k < 1000; ++k) x += k * 0.5;
+          benchmark::DoNotOptimize(x);
+        }
+      }
+    } else if (g_rank == 0) {
+      mdsm::wait_until([&] { return g_releases.load() == base + 1; });
+      for (int p = 0; p < k_pages; ++p) {
+        const auto t0 = std::chrono::steady_clock::now();
+        const std::uint32_t v = *static_cast<const volatile std::uint32_t*>(&block[2 * p * k_words]);
+        times.push_back(seconds_since(t0) * 1e9);
+        if (v != round * 1000 + static_cast<std::uint32_t>(p)) state.SkipWithError("wrong page contents");
+        const auto t1 = std::chrono::steady_clock::now();
+        while (seconds_since(t1) < 1e-3) {
+        }
+      }
+    }
+    b.arrive_and_wait();
+  }
+  if (g_rank == 0) g_means[busy ? "fault/server_busy" : "fault/server_waits"].push_back(median(times));
+}
+
 // ---- (b) diffs (rank 0 only) ------------------------------------------------------------------
 
 // Laid out as in real use: the page page-aligned (as in the coherent region), the twin in the
@@ -353,6 +480,16 @@ void register_all() {
   fault(benchmark::RegisterBenchmark("MPI_round_trip/page", mpi_round_trip)->Arg(static_cast<long>(k_page)));
   fault(benchmark::RegisterBenchmark("fault/whole_page", fault_page));
   fault(benchmark::RegisterBenchmark("fault/local_floor", local_fault));
+  for (int r = 0; r < k_repetitions; ++r) {  // (c) and (d), interleaved
+    benchmark::RegisterBenchmark("mdsm_NONE_round_trip", none_round_trip)->Iterations(k_fault_iterations)
+        ->Unit(benchmark::kMicrosecond);
+    benchmark::RegisterBenchmark("handoff/dirty_page", handoff)->Iterations(k_fault_iterations)
+        ->Unit(benchmark::kMicrosecond);
+    benchmark::RegisterBenchmark("fault/while_server", fault_while_busy)->Arg(0)->Iterations(1)
+        ->Unit(benchmark::kMillisecond);
+    benchmark::RegisterBenchmark("fault/while_server", fault_while_busy)->Arg(1)->Iterations(1)
+        ->Unit(benchmark::kMillisecond);
+  }
   if (g_rank != 0) return;
   // A fixed iteration count: left to itself, Google Benchmark first runs a benchmark with 1, 10,
   // ... iterations to size it, and every such probe would land in the medians (record() cannot
@@ -404,6 +541,13 @@ void print_summary() {
   floor_line("1% diff", diff_size(1));
   floor_line("10% diff", diff_size(10));
   floor_line("whole page", k_page);
+  const double hand = m("handoff/dirty_page"), none_rt = m("none_round_trip");
+  std::printf("(c) hand-off of a dirty page between two writers (RELEASE, read, write): %.2f us per hand-off,\n"
+              "    %.2fx an mdsm NONE round trip (%.2f us); targets <= 5 us and <= 10x\n",
+              hand / 1e3, hand / none_rt, none_rt / 1e3);
+  std::printf("(d) remote read fault (diff of one word, no neighbour batched), median: %.1f us while the serving rank\n"
+              "    computes, %.1f us while it waits in mdsm\n",
+              m("fault/server_busy") / 1e3, m("fault/server_waits") / 1e3);
   const double cmp = m("memcmp"), cpy = m("memcpy");
   auto gbs = [](double ns) { return static_cast<double>(k_page) / ns; };  // bytes/ns == GB/s
   std::printf("(b) 4 KiB page, medians of %d interleaved rounds; ratios are bandwidth relative to memcmp (create) or\n"
@@ -441,6 +585,7 @@ int main(int argc, char** argv) {
   }
   MPI_Comm_dup(MPI_COMM_WORLD, &g_comm);
   register_handlers();
+  register_more_handlers();
   benchmark::Initialize(&argc, argv);
   register_all();
   if (g_rank == 0) {

@@ -28,6 +28,7 @@ engine::engine(net::transport& t, net::progress& p, const region_config& cfg)
       known_(static_cast<std::size_t>(size_), vector_time(static_cast<std::size_t>(size_))),
       notices_(static_cast<std::size_t>(size_), region_.units()),
       hot_intervals_(static_cast<std::uint8_t>(cfg.hot_intervals)),
+      push_diffs_(cfg.push_diffs),
       push_sets_(static_cast<std::size_t>(size_)) {
   hot_.bits.assign((std::size_t{region_.units()} + 63) / 64, 0);
   t.set_handler(net::channel::coherence, &engine::on_frame, this);
@@ -134,8 +135,9 @@ bool engine::close_interval_locked() {
           add_metadata(sizeof(own_notice));
         }
         if (joins) {
-          pe.hot_hash = hash_unit(region_.lib_unit(u), region_.unit());
-          pe.hot_check_at = index + hot_intervals_;
+          pe.hot_hash = sample_hash_unit(region_.lib_unit(u), region_.unit());
+          pe.hot_period = hot_intervals_;
+          pe.hot_check_at = index + pe.hot_period;
           joined.push_back(u);
           return {pe.prot};  // stays dirty and read-write
         }
@@ -153,7 +155,7 @@ bool engine::close_interval_locked() {
     std::lock_guard lk(dirty_mutex_);
     for (std::uint32_t u : joined) {
       hot_.add(u);
-      hot_.checks.emplace(index + hot_intervals_, u);
+      hot_.checks.emplace(index + hot_intervals_, u);  // == the unit's hot_check_at
     }
     hot_count_.fetch_add(static_cast<std::uint32_t>(joined.size()), std::memory_order_relaxed);
     for (auto it = hot_.checks.begin(); it != hot_.checks.end() && it->first <= index;) {
@@ -180,10 +182,11 @@ void engine::check_hot_locked(std::vector<std::pair<std::uint32_t, std::uint32_t
   for (const auto& [u, at] : due) {
     batch.visit(u, [&](page_entry& pe) -> unit_protection {
       if (!pe.hot || pe.hot_check_at != at) return {pe.prot};  // left the hot set since
-      const std::uint64_t h = hash_unit(region_.lib_unit(u), region_.unit());
-      if (h != pe.hot_hash) {  // written since the last check: stays hot
+      const std::uint64_t h = sample_hash_unit(region_.lib_unit(u), region_.unit());
+      if (h != pe.hot_hash) {  // written since the last check: stays hot, checked half as often
         pe.hot_hash = h;
-        pe.hot_check_at = index + hot_intervals_;
+        pe.hot_period = static_cast<std::uint16_t>(std::min<unsigned>(2u * pe.hot_period, k_hot_period_max));
+        pe.hot_check_at = index + pe.hot_period;
         std::lock_guard lk(dirty_mutex_);
         hot_.checks.emplace(pe.hot_check_at, u);
         return {pe.prot};
@@ -233,7 +236,7 @@ void engine::encode_release(int dest, bool transitive, net::byte_writer& out) {
   }
   out.fill_slot(count_at, count);
   const std::uint32_t now_own = vt_[static_cast<std::size_t>(rank_)];
-  if (dest != rank_ && own_known < now_own) encode_pushed_locked(dest, now_own, out);
+  if (push_diffs_ && dest != rank_ && own_known < now_own) encode_pushed_locked(dest, now_own, out);
   else out.put(std::uint32_t{0});
 }
 

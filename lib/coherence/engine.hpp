@@ -241,6 +241,11 @@ class engine {
   // on another thread concurrent with the release belongs to either interval, as with the lock.
   std::atomic<bool> any_dirty_{false};
   const std::uint8_t hot_intervals_;             // region_config::hot_intervals
+  // A hot unit's check period starts at hot_intervals_ and doubles at every check that finds it
+  // written, up to this: a unit rewritten all the time is looked at rarely, and one that stops
+  // is announced for at most this many more intervals.
+  static constexpr unsigned k_hot_period_max = 256;
+  const bool push_diffs_;                        // region_config::push_diffs
   std::atomic<std::uint32_t> last_closed_{0};  // index of this rank's newest closed interval
   // The hot set: units announced in every interval without a visit (dirty_mutex_). A bit per
   // unit, the runs they form (rebuilt at a close after a change), and when each is checked.

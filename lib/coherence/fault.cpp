@@ -483,6 +483,18 @@ void engine::units_allocated(std::uint32_t first, std::uint32_t count) {
   // protection change made after our page lock is released would undo that invalidation and let
   // the application read a stale copy. While a unit is `unallocated` nothing else changes its
   // protection, and no application thread can touch it yet (its address has not been returned).
+  if (size_ == 1) {
+    // One rank alone has nothing to keep coherent: its units are plain read-write memory, with no
+    // fault, twin, notice or diff ever (DESIGN.md §3).
+    protect_units(first, count, os::prot::read_write);
+    for (std::uint32_t u = first; u < first + count; ++u) {
+      std::lock_guard lk(pages_.lock_of(u));
+      page_entry& pe = pages_.at(u);
+      pe.prot = os::prot::read_write;
+      set_state_locked(u, pe, page_state::valid);
+    }
+    return;
+  }
   protect_units(first, count, os::prot::read);
   protection_batch batch = protections();
   for (std::uint32_t u = first; u < first + count; ++u) {

@@ -59,8 +59,9 @@ struct page_entry {
   bool hot = false;
   bool fetching = false;           // a thread is fetching this unit's diffs or copy
   std::uint32_t fetch_generation = 0;
+  std::uint16_t hot_period = 0;    // closes between checks of a hot unit (doubles while it stays hot)
   std::uint32_t hot_check_at = 0;  // interval at whose close a hot unit is checked for writes
-  std::uint64_t hot_hash = 0;      // contents' hash at the last check
+  std::uint64_t hot_hash = 0;      // hash of a sample of the contents at the last check
   unit_buffer twin;
   // This rank's write notices (until collected), in increasing interval order. The ones still
   // awaiting the twin form a suffix (a diff ends the wait of all of them at once), and each diff

@@ -28,7 +28,10 @@ struct region_config {
   // Interval closes a unit written in two consecutive intervals stays writable for (0: none;
   // at most 255). See engine::close_interval_locked.
   unsigned hot_intervals = 32;
-  // MDSM_COHERENT_SIZE, _UNIT_PAGES, _ADDRESS, MDSM_HOT_UNIT_INTERVALS
+  // Push the diffs of units a rank keeps re-reading along with our RELEASEs to it
+  // (engine::encode_pushed_locked).
+  bool push_diffs = true;
+  // MDSM_COHERENT_SIZE, _UNIT_PAGES, _ADDRESS, MDSM_HOT_UNIT_INTERVALS, MDSM_PUSH_DIFFS
   static region_config from_env(region_config defaults);
 };
 

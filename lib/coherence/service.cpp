@@ -121,7 +121,8 @@ void engine::serve_diff_request(const net::inbound_frame& f, bool with_copy) {
     if (req[3 * k] >= region_.units()) net::byte_reader::malformed("request for a unit outside the region");
     if (req[3 * k + 2] > closed) net::byte_reader::malformed("request for an interval this rank has not closed");
   }
-  net::byte_writer out;
+  thread_local net::byte_writer out;  // kept: a reply of many units is large, growing it each time costs
+  out.clear();
   if (!with_copy) out.put(n);
   for (std::uint32_t k = 0; k < n; ++k) {
     const std::uint32_t u = req[3 * k], after = req[3 * k + 1], through = req[3 * k + 2];

@@ -131,10 +131,13 @@ namespace {
 struct staging {
   std::unique_ptr<std::byte[]> buffer;
   std::size_t capacity = 0;
-  std::byte* get(std::size_t len, std::size_t at_least) {
+  std::byte* get(std::size_t len, std::size_t at_least, transport& t) {
     if (capacity < len) {
-      capacity = std::max(len, at_least);
-      buffer = std::make_unique_for_overwrite<std::byte[]>(capacity);
+      buffer = t.take_spare(std::max(len, at_least), capacity);
+      if (!buffer) {
+        capacity = std::max(len, at_least);
+        buffer = std::make_unique_for_overwrite<std::byte[]>(capacity);
+      }
     }
     return buffer.get();
   }
@@ -147,7 +150,7 @@ void transport::send_staged(int dest, frame_header h, std::span<const std::byte>
   check_frame_size(len);
   h.payload_len = static_cast<std::uint32_t>(payload.size());
   h.cinfo_len = 0;
-  std::byte* const buffer = t_staging.get(len, inline_max_);
+  std::byte* const buffer = t_staging.get(len, inline_max_, *this);
   std::memcpy(buffer, &h, sizeof h);
   std::memcpy(buffer + sizeof h, payload.data(), payload.size());
   post(len, dest);
@@ -157,7 +160,7 @@ void transport::send_frame(int dest, std::span<const std::byte> frame) {
   MDSM_ASSERT(dest >= 0 && dest < size_, "send to a rank out of range");
   check_frame_size(frame.size());
   if (frame.size() <= k_eager_send_max) return send_eager(frame.data(), frame.size(), dest);  // no copy
-  std::memcpy(t_staging.get(frame.size(), inline_max_), frame.data(), frame.size());
+  std::memcpy(t_staging.get(frame.size(), inline_max_, *this), frame.data(), frame.size());
   post(frame.size(), dest);
 }
 
@@ -195,20 +198,35 @@ void transport::post(std::size_t len, int dest) {
 }
 
 void transport::isend_staged(std::size_t len, int dest, int tag) {
-  t_staging.buffer = isend(std::move(t_staging.buffer), len, dest, tag);
-  // Gone with the request (MPI still reads it), or too large to keep for the small frames.
-  if (!t_staging.buffer || t_staging.capacity > 4 * inline_max_) t_staging = staging{};
+  t_staging.buffer = isend(std::move(t_staging.buffer), len, dest, tag, t_staging.capacity);
+  // Gone with the request (MPI still reads it; it becomes a spare when the send completes), or
+  // too large to keep for the small frames.
+  if (!t_staging.buffer) t_staging = staging{};
+  else if (t_staging.capacity > k_spare_max) t_staging = staging{};
 }
 
-std::unique_ptr<std::byte[]> transport::isend(std::unique_ptr<std::byte[]> buffer, std::size_t len, int dest, int tag) {
+std::unique_ptr<std::byte[]> transport::isend(std::unique_ptr<std::byte[]> buffer, std::size_t len, int dest, int tag,
+                                              std::size_t capacity) {
   MPI_Request req;
   check_mpi(MPI_Isend(buffer.get(), static_cast<int>(len), MPI_BYTE, dest, tag, comm_, &req), "MPI_Isend");
   int done = 0;
   check_mpi(MPI_Test(&req, &done, MPI_STATUS_IGNORE), "MPI_Test");
   if (done) return buffer;
   std::lock_guard lk(send_mutex_);
-  inflight_.push_back(pending_send{req, std::move(buffer)});
+  inflight_.push_back(pending_send{req, std::move(buffer), capacity});
   inflight_count_.fetch_add(1, std::memory_order_release);
+  return nullptr;
+}
+
+std::unique_ptr<std::byte[]> transport::take_spare(std::size_t len, std::size_t& capacity) {
+  std::lock_guard lk(send_mutex_);
+  for (auto it = spares_.begin(); it != spares_.end(); ++it) {
+    if (it->capacity < len) continue;
+    capacity = it->capacity;
+    std::unique_ptr<std::byte[]> b = std::move(it->buffer);
+    spares_.erase(it);
+    return b;
+  }
   return nullptr;
 }
 
@@ -219,6 +237,10 @@ void transport::retire_sends() {
     int done = 0;
     check_mpi(MPI_Test(&inflight_[i].request, &done, MPI_STATUS_IGNORE), "MPI_Test");
     if (done) {
+      // Large frames' buffers are kept for the next ones: a fresh one costs a page fault per
+      // 4 KiB on first touch (a 64 KiB reply of 16 pages paid ~20 us for it).
+      if (inflight_[i].capacity > inline_max_ && inflight_[i].capacity <= k_spare_max && spares_.size() < k_spares)
+        spares_.push_back(spare{std::move(inflight_[i].buffer), inflight_[i].capacity});
       inflight_[i] = std::move(inflight_.back());
       inflight_.pop_back();
       inflight_count_.fetch_sub(1, std::memory_order_release);
@@ -300,7 +322,10 @@ void transport::take_large(std::span<const std::byte> announcement, int source) 
     return report_malformed(rank_, source, "large-frame length out of range");
   // The body was sent right after the announcement on its own tag; MPI keeps per-sender order
   // on that tag, so this receive gets exactly this frame's body.
-  std::vector<std::byte> body(len);
+  // Kept between frames (only the progress lock's holder is here): a fresh buffer costs a page
+  // fault per 4 KiB on first touch.
+  std::vector<std::byte>& body = large_body_;
+  if (body.size() < len) body.resize(len);
   MPI_Status st;
   check_mpi(MPI_Recv(body.data(), static_cast<int>(len), MPI_BYTE, source, k_large_tag, comm_, &st), "MPI_Recv");
   int count = 0;
@@ -310,7 +335,8 @@ void transport::take_large(std::span<const std::byte> announcement, int source) 
   std::memcpy(&h, body.data(), sizeof h);
   if (h.chan == static_cast<std::uint8_t>(channel::control))
     return report_malformed(rank_, source, "nested large-frame announcement");
-  deliver(body, source);
+  deliver(std::span<const std::byte>(body.data(), len), source);
+  if (body.size() > k_spare_max) std::vector<std::byte>().swap(body);
 }
 
 }  // namespace mdsm::net

@@ -130,6 +130,10 @@ class transport {
   // sends. Returns the number of frames delivered. Pre: caller holds the progress lock.
   std::size_t poll(std::size_t max_frames);
 
+  // A buffer of at least `len` bytes kept from a completed large send, or nullptr; `capacity` gets
+  // its size. Any thread (the staging buffers use it).
+  std::unique_ptr<std::byte[]> take_spare(std::size_t len, std::size_t& capacity);
+
   // The doorbells of this host's ranks: ring(dest) after sending a frame that expects a reply.
   doorbells& bells() noexcept { return *bells_; }
 
@@ -156,7 +160,14 @@ class transport {
   struct pending_send {
     MPI_Request request;
     std::unique_ptr<std::byte[]> buffer;
+    std::size_t capacity = 0;
   };
+  struct spare {
+    std::unique_ptr<std::byte[]> buffer;
+    std::size_t capacity;
+  };
+  static constexpr std::size_t k_spare_max = std::size_t{1} << 20;  // larger buffers are not kept
+  static constexpr std::size_t k_spares = 4;
   // send() for a payload too large for the stack: assembled in the staging buffer, then post().
   void send_staged(int dest, frame_header h, std::span<const std::byte> payload);
   // Sends the frame of `len` bytes in this thread's staging buffer (see transport.cpp).
@@ -164,7 +175,8 @@ class transport {
   void isend_staged(std::size_t len, int dest, int tag);
   // Returns the buffer if the send completed at once (free for reuse), nullptr if it travels
   // with the request on the in-flight list.
-  std::unique_ptr<std::byte[]> isend(std::unique_ptr<std::byte[]> buffer, std::size_t len, int dest, int tag);
+  std::unique_ptr<std::byte[]> isend(std::unique_ptr<std::byte[]> buffer, std::size_t len, int dest, int tag,
+                                     std::size_t capacity = 0);
   void post_receive(std::size_t slot);
   void retire_sends();
   // Validates a received frame and hands it to its channel's consumer. Inline into poll: it is
@@ -204,6 +216,8 @@ class transport {
   // Sends that did not complete at once. Guarded by send_mutex_.
   std::mutex send_mutex_;
   std::vector<pending_send> inflight_;
+  std::vector<spare> spares_;           // buffers of completed large sends (send_mutex_)
+  std::vector<std::byte> large_body_;   // take_large's receive buffer (progress lock)
   std::atomic<std::size_t> inflight_count_{0};
   // Serialises a large frame's announcement and body so two threads cannot interleave them.
   std::mutex large_mutex_;

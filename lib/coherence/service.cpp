@@ -138,7 +138,13 @@ void engine::serve_diff_request(const net::inbound_frame& f, bool with_copy) {
     }
     const std::uint32_t held = through > after ? encode_pieces_locked(u, pe, after, through, out) : 0;
     if (through <= after) out.put(std::uint32_t{0});
-    note_fetch_locked(u, pe, f.source, std::max(through, held));
+    // Only the unit the requester faulted on counts as read; the neighbours it asked for along
+    // with it may never be (a boundary row's next rows), and pushing them would be waste.
+    if (k == 0) note_fetch_locked(u, pe, f.source, std::max(through, held));
+    else if (!pe.push.empty()) {
+      auto& st = pe.push[static_cast<std::size_t>(f.source)];
+      st.through = std::max(st.through, std::max(through, held));
+    }
   }
   send_protocol(f.source, with_copy ? op_copy_reply : op_diff_reply, f.header.token, out.bytes());
 }

@@ -103,6 +103,7 @@ void init(MPI_Comm comm, const options& opts) {
   r->transport = std::make_unique<net::transport>(comm, detail::inline_frame_max(unit));
   r->progress = std::make_unique<net::progress>(*r->transport, pc);
   r->engine = std::make_unique<coherence::engine>(*r->transport, *r->progress, region);
+  r->engine->set_gc_threshold(r->gc_threshold.load(std::memory_order_relaxed));
   r->endpoint = std::make_unique<messages::endpoint>(*r->transport, *r->progress, *r->engine);
   messages::set_current(r->endpoint.get());
   r->allocator = std::make_unique<regions::coherent_allocator>(*r->engine, *r->endpoint);
@@ -219,7 +220,11 @@ bool is_coherent(const void* p) noexcept {
 void gc() { detail::rt_blocking("gc").engine->gc(); }
 
 std::uint64_t gc_threshold() { return detail::rt().gc_threshold.load(std::memory_order_relaxed); }
-void set_gc_threshold(std::uint64_t bytes) { detail::rt().gc_threshold.store(bytes, std::memory_order_relaxed); }
+void set_gc_threshold(std::uint64_t bytes) {
+  detail::runtime& r = detail::rt();
+  r.gc_threshold.store(bytes, std::memory_order_relaxed);
+  r.engine->set_gc_threshold(bytes);
+}
 
 std::map<std::string, std::uint64_t> statistics() {
   detail::rt();

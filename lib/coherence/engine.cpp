@@ -29,6 +29,7 @@ engine::engine(net::transport& t, net::progress& p, const region_config& cfg)
       notices_(static_cast<std::size_t>(size_), region_.units()),
       hot_intervals_(static_cast<std::uint8_t>(cfg.hot_intervals)),
       push_diffs_(cfg.push_diffs),
+      background_gc_(cfg.background_gc),
       push_sets_(static_cast<std::size_t>(size_)) {
   hot_.bits.assign((std::size_t{region_.units()} + 63) / 64, 0);
   t.set_handler(net::channel::coherence, &engine::on_frame, this);
@@ -46,8 +47,12 @@ engine::~engine() {
 bool engine::fault_trampoline(const os::fault_info& f) { return g_engine != nullptr && g_engine->on_fault(f); }
 
 void engine::add_metadata(std::int64_t delta) {
-  metadata_bytes_.fetch_add(delta, std::memory_order_relaxed);
+  const std::int64_t now = metadata_bytes_.fetch_add(delta, std::memory_order_relaxed) + delta;
   stats::gauge_add(stats::counter::metadata_bytes, delta);
+  // Past the background trigger a collection is asked for (maybe_want_gc, from a path that holds
+  // no lock); a program that reaches a barrier before that collects there (gc.cpp).
+  const std::uint64_t trigger = bg_trigger_.load(std::memory_order_relaxed);
+  if (delta > 0 && trigger != 0 && static_cast<std::uint64_t>(now) > trigger) bg_want_.store(true, std::memory_order_relaxed);
 }
 
 std::size_t engine::metadata_bytes() const noexcept {
@@ -211,6 +216,11 @@ void engine::encode_request(net::byte_writer& out) {
 }
 
 void engine::encode_release(int dest, bool transitive, net::byte_writer& out) {
+  encode_release_locked(dest, transitive, out);
+  maybe_want_gc();
+}
+
+void engine::encode_release_locked(int dest, bool transitive, net::byte_writer& out) {
   std::lock_guard lk(meta_);
   close_interval_locked();
   vt_.encode(out);
@@ -523,6 +533,22 @@ bool engine::apply_pushed_locked(std::uint32_t u, page_entry& pe, int creator, c
     if (wants.empty() && pe.state == page_state::valid) return false;  // had it all: nothing to do
     stats::add(stats::counter::pushed_units_unused);
     return false;
+  }
+  // And only if no piece not applied yet holds writes of intervals the copy already holds: a push
+  // from further back than the copy (the pusher's idea of it is older, e.g. after a background
+  // collection raised what the copy counts as holding) would bring such writes again, over
+  // words written since. (Fetched pieces never do: the copy's applied_through moves only by
+  // applying pieces, or by a collection after which the writer's pieces start above it.)
+  {
+    auto seen = std::find_if(pe.applied.begin(), pe.applied.end(),
+                             [&](const auto& e) { return e.first == static_cast<std::uint32_t>(creator); });
+    const std::uint32_t seen_serial = seen == pe.applied.end() ? 0 : seen->second;
+    const std::uint32_t held = pe.applied_through_of(static_cast<std::uint32_t>(creator));
+    if (std::any_of(p.pieces.begin(), p.pieces.end(),
+                    [&](const pushed_unit::piece& x) { return x.serial > seen_serial && x.first <= held; })) {
+      stats::add(stats::counter::pushed_units_unused);
+      return false;
+    }
   }
   // This rank's own writes to the unit are saved first (as before applying a fetched diff), as a
   // snapshot: the unit keeps its protection, and the pushed writes go into the twin as well, so

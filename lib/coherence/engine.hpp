@@ -22,6 +22,7 @@
 #include "coherence/page_table.hpp"
 #include "coherence/protection_batch.hpp"
 #include "coherence/region_map.hpp"
+#include "coherence/run_map.hpp"
 #include "common/spin_mutex.hpp"
 #include "net/progress.hpp"
 #include "net/transport.hpp"
@@ -110,6 +111,9 @@ class engine {
   void units_allocated(std::uint32_t first, std::uint32_t count);
   // Units [first, first+count) no longer hold any allocation.
   void units_freed(std::uint32_t first, std::uint32_t count);
+  // A collective allocation spanning units [first, first+count) is being made (count 0: done):
+  // the units it allocates get blocks of it as homes (home_of). Called around units_allocated.
+  void collective_allocation(std::uint32_t first, std::uint32_t count);
 
   // ---- collective -------------------------------------------------------------------------
   // Garbage collection over all ranks: afterwards every interval record, write notice, twin and
@@ -117,6 +121,9 @@ class engine {
   // coherent memory meanwhile (a global barrier is the natural place).
   void gc();
   std::size_t metadata_bytes() const noexcept;
+  // The metadata size past which garbage collection runs: at the next global barrier, and in the
+  // background at 1.5 times it (background_gc.cpp). 0: never.
+  void set_gc_threshold(std::uint64_t bytes) noexcept;
 
   // ---- introspection (tests, statistics) ----------------------------------------------------
   vector_time current_vt();
@@ -127,6 +134,7 @@ class engine {
  private:
   // engine.cpp: intervals and acquires
   bool close_interval_locked();
+  void encode_release_locked(int dest, bool transitive, net::byte_writer& out);  // takes meta_
   // The hot units whose check falls due at the close of interval `index`: (unit, check interval).
   void check_hot_locked(std::vector<std::pair<std::uint32_t, std::uint32_t>> due, std::uint32_t index);
   // True if vt_ plus the records `info` carries covers its required time (no fetch needed).
@@ -184,12 +192,26 @@ class engine {
   void protect_units(std::uint32_t first, std::uint32_t count, os::prot p);
   // A batch of protection changes with one mprotect per run of contiguous units.
   protection_batch protections();
-  struct fetch_unit;
+  // One unit of a fetch: what it lacks, and what the replies brought for it.
+  struct fetch_unit {
+    std::uint32_t unit;
+    std::vector<wanted> wants;
+    std::span<const std::byte> copy;  // the home's copy of the unit (need_copy), into a reply
+    struct piece {
+      std::uint32_t creator;
+      std::uint32_t first, last;  // the creator's intervals whose writes to the unit it holds
+      std::uint32_t serial;
+      std::span<const std::byte> bytes;  // points into a reply
+      std::uint64_t sum = 0;             // apply order (engine::order_pieces)
+    };
+    std::vector<piece> pieces;
+  };
   // Adds the units after batch.front() that lack writes of the same ranks only, marked fetching.
   void gather_neighbours(std::vector<fetch_unit>& batch);
   // Asks every writer (and the home, for a copy) at once and waits; returns the replies the
   // batch's pieces point into, or nothing if the home has the unit unallocated.
-  std::vector<box_ptr> fetch(std::vector<fetch_unit>& batch, bool need_copy, std::uint32_t home_after);
+  std::vector<box_ptr> fetch(std::vector<fetch_unit>& batch, bool need_copy, std::uint32_t home_after,
+                             bool& copy_busy);
   void order_pieces(std::vector<fetch_unit>& batch);
   // Installs a fetched unit: the copy, then the pieces (page lock held).
   void install_locked(fetch_unit& f, page_entry& pe);
@@ -217,6 +239,43 @@ class engine {
                                      net::byte_writer& out);
 
   void add_metadata(std::int64_t delta);
+
+  // background_gc.cpp: garbage collection without a barrier
+  struct home_validation {
+    fetch_unit unit;
+    int outstanding = 0;
+    vector_time cut;
+    std::vector<std::pair<int, std::vector<std::byte>>> replies;  // (writer, reply bytes)
+  };
+  struct deferred_step {
+    std::uint32_t op, epoch;
+    vector_time vt;
+  };
+  void maybe_want_gc();
+  void rearm_background_trigger() noexcept;
+  void send_gc(int dest, std::uint32_t op, std::uint32_t epoch, const vector_time* vt);
+  void on_gc_frame(const net::inbound_frame& f);
+  void gc_cut(std::uint32_t epoch, const vector_time& g);
+  void gc_free(std::uint32_t epoch, const vector_time& g);
+  void raise_applied_through_locked(page_entry& pe, const vector_time& g);
+  void start_home_validation(std::uint32_t u, std::vector<wanted> wants, const vector_time& g);
+  void finish_home_validation(home_validation& job);
+  void maybe_ready();
+  // A fetch finished (its units are no longer `fetching`): the background collection may wait for it.
+  void fetch_finished();
+  void begin_blocking_gc();
+  void end_blocking_gc() noexcept;
+  // Frees every record, own notice and diff up to g and forgets the notice index up to g.
+  void collect_through(const vector_time& g);
+  // The rank that keeps an up-to-date copy of unit u after a collection and serves whole copies
+  // of it. A unit of a collective allocation: its block of the allocation split evenly over the
+  // ranks (the rows a rank owns in a block-distributed array, so a collection does not make a
+  // rank fetch the blocks of others it never reads: with the units dealt round robin, SOR's
+  // background collections made every rank bring half of its neighbour's block up to date);
+  // otherwise the region's home (region_map::home_of: the arena's owner).
+  int home_of(std::uint32_t u);
+  void set_homes(std::uint32_t first, std::uint32_t count);  // units_allocated, under a collective allocation
+  void clear_homes(std::uint32_t first, std::uint32_t count);
 
   net::transport& transport_;
   net::progress& progress_;
@@ -246,6 +305,7 @@ class engine {
   // is announced for at most this many more intervals.
   static constexpr unsigned k_hot_period_max = 256;
   const bool push_diffs_;                        // region_config::push_diffs
+  const bool background_gc_;                     // region_config::background_gc
   std::atomic<std::uint32_t> last_closed_{0};  // index of this rank's newest closed interval
   // The hot set: units announced in every interval without a visit (dirty_mutex_). A bit per
   // unit, the runs they form (rebuilt at a close after a change), and when each is checked.
@@ -270,6 +330,30 @@ class engine {
   std::vector<std::set<std::uint32_t>> push_sets_;
 
   std::atomic<std::int64_t> metadata_bytes_{0};
+  std::atomic<std::uint64_t> gc_threshold_{std::uint64_t{64} << 20};
+  std::mutex homes_mutex_;                                  // a leaf
+  run_map homes_;          // unit -> home + 1 (0: region_map::home_of)
+  unit_run allocating_{};  // the collective allocation being made (count 0: none)
+  std::atomic<std::uint64_t> bg_trigger_{0};  // metadata_bytes past which a background collection is asked for
+  std::atomic<bool> bg_want_{false};    // metadata passed bg_trigger_
+  std::atomic<bool> bg_active_{false};  // a cut is being processed here (bg_.active)
+  std::atomic<std::uint32_t> bg_freed_{0};  // the newest background collection freed here
+  struct {
+    std::mutex mu;  // a leaf, except that page locks may be held around it (never the reverse)
+    // every rank
+    std::uint32_t epoch = 0;  // the newest collection this rank took part in
+    bool asked = false;       // asked the coordinator for the next one
+    bool active = false;      // between its cut and its ready
+    bool blocking = false;    // in a barrier collection: cut and free wait
+    int validations = 0;      // home units being fetched up to the cut
+    std::vector<std::pair<std::uint32_t, std::uint32_t>> waiting;  // fetches begun before the cut: (unit, generation)
+    std::vector<deferred_step> deferred;
+    // the coordinator (rank 0)
+    std::uint32_t coord_epoch = 0;
+    bool running = false;
+    int vts = 0, readies = 0;
+    vector_time min, cut_sent;
+  } bg_;
   std::atomic<std::uint32_t> next_diff_serial_{1};  // diff::serial of the next diff made here
 };
 

@@ -14,21 +14,6 @@
 
 namespace mdsm::coherence {
 
-// One unit of a fetch: what it lacks, and what the replies brought for it.
-struct engine::fetch_unit {
-  std::uint32_t unit;
-  std::vector<wanted> wants;
-  std::span<const std::byte> copy;  // the home's copy of the unit (need_copy), into a reply
-  struct piece {
-    std::uint32_t creator;
-    std::uint32_t first, last;  // the creator's intervals whose writes to the unit it holds
-    std::uint32_t serial;
-    std::span<const std::byte> bytes;  // points into a reply
-    std::uint64_t sum = 0;             // apply order (engine::order_pieces)
-  };
-  std::vector<piece> pieces;
-};
-
 page_state engine::initial_state(void* ctx, std::uint32_t u) {
   const auto* self = static_cast<const engine*>(ctx);
   const int owner = self->region_.arena_owner(u);
@@ -235,10 +220,12 @@ void engine::gather_neighbours(std::vector<fetch_unit>& batch) {
   }
 }
 
-auto engine::fetch(std::vector<fetch_unit>& batch, bool need_copy, std::uint32_t home_after) -> std::vector<box_ptr> {
+auto engine::fetch(std::vector<fetch_unit>& batch, bool need_copy, std::uint32_t home_after, bool& copy_busy)
+    -> std::vector<box_ptr> {
+  copy_busy = false;
   // One request per writer for every unit of the batch that lacks its writes; a unit without a
   // copy (a batch of one) asks its home for the copy as well.
-  const auto home = static_cast<std::uint32_t>(region_.home_of(batch.front().unit));
+  const auto home = static_cast<std::uint32_t>(home_of(batch.front().unit));
   std::map<std::uint32_t, std::vector<std::uint32_t>> by_creator;  // creator -> (unit, after, through)...
   for (const fetch_unit& f : batch)
     for (const wanted& w : f.wants) {
@@ -283,7 +270,10 @@ auto engine::fetch(std::vector<fetch_unit>& batch, bool need_copy, std::uint32_t
     if (need_copy && creator == home) {
       fetch_unit& f = batch.front();
       if (in.get<std::uint32_t>() != f.unit) net::byte_reader::malformed("reply for another unit");
-      if (in.get<std::uint8_t>() == 0) return {};  // not allocated at the home
+      const auto status = in.get<std::uint8_t>();
+      if (status == k_copy_busy) copy_busy = true;
+      if (status != k_copy_follows) return {};  // not allocated at the home, or busy
+
       f.copy = in.get_bytes(region_.unit());
       read_pieces(in, creator, f);
     } else {
@@ -371,6 +361,17 @@ bool engine::validate(std::uint32_t u, access how) {
       });
       continue;
     }
+    if (pe.state == page_state::no_copy && pe.dropped_in != 0) {
+      // Dropped by a background collection still under way: the home may not hold every write
+      // up to its cut yet. Wait for the collection to end.
+      const std::uint32_t epoch = pe.dropped_in;
+      if (bg_freed_.load(std::memory_order_acquire) < epoch) {
+        lk.unlock();
+        progress_.wait_until([&] { return bg_freed_.load(std::memory_order_acquire) >= epoch; });
+        continue;
+      }
+      pe.dropped_in = 0;
+    }
     std::vector<fetch_unit> batch;
     batch.push_back(fetch_unit{u, wanted_locked(u, pe), {}, {}});
     const bool need_copy = pe.state == page_state::no_copy;
@@ -384,7 +385,8 @@ bool engine::validate(std::uint32_t u, access how) {
     pe.fetching = true;
     // Save this rank's own modifications before others' are applied on top of them.
     if (pe.twin) make_diff_locked(u, pe);
-    const std::uint32_t home_after = pe.applied_through_of(static_cast<std::uint32_t>(region_.home_of(u)));
+    const int home = home_of(u);
+    const std::uint32_t home_after = pe.applied_through_of(static_cast<std::uint32_t>(home));
     lk.unlock();
     if (!need_copy) gather_neighbours(batch);
 
@@ -395,11 +397,13 @@ bool engine::validate(std::uint32_t u, access how) {
       ++e.fetch_generation;
     };
     std::vector<box_ptr> replies;
+    bool copy_busy = false;
     try {
-      replies = fetch(batch, need_copy, home_after);
+      replies = fetch(batch, need_copy, home_after, copy_busy);
       order_pieces(batch);
     } catch (...) {
       for (const fetch_unit& f : batch) done_fetching(f.unit);
+      fetch_finished();
       throw;
     }
     // The neighbours: installed and readable (their fetch is done whatever happens to u).
@@ -416,15 +420,20 @@ bool engine::validate(std::uint32_t u, access how) {
     lk.lock();
     pe.fetching = false;
     ++pe.fetch_generation;
+    lk.unlock();
+    fetch_finished();  // a background collection may wait for this fetch (page lock not held)
+    lk.lock();
     if (replies.empty()) {
-      // Not allocated at the home: stays no_copy. In another rank's arena that is the answer:
-      // nothing is allocated there. A collective unit this rank has allocated is allocated on its
-      // home too, or will be at once: the home may not have finished the same alloc_collective
-      // yet (our copy was dropped by a garbage collection, the range freed and allocated again).
-      // Ask again shortly.
+      // No copy: stays no_copy. The home is busy bringing its copy up to date: ask again shortly.
+      // Not allocated at the home: in another rank's arena that is the answer, nothing is
+      // allocated there. A collective unit this rank has allocated is allocated on its home too,
+      // or will be at once: the home may not have finished the same alloc_collective yet (our
+      // copy was dropped by a garbage collection, the range freed and allocated again). Ask
+      // again shortly.
       const auto now = std::chrono::steady_clock::now();
       if (give_up == std::chrono::steady_clock::time_point{}) give_up = now + std::chrono::seconds(30);
-      if (region_.arena_owner(u) >= 0 || pe.state == page_state::unallocated || now > give_up) return false;
+      if (pe.state == page_state::unallocated || now > give_up) return false;
+      if (!copy_busy && region_.arena_owner(u) >= 0) return false;
       lk.unlock();
       const auto retry_at = now + std::chrono::microseconds(50);
       progress_.wait_until([&] { return std::chrono::steady_clock::now() >= retry_at; });
@@ -476,6 +485,7 @@ bool engine::on_fault(const os::fault_info& f) {
 }
 
 void engine::units_allocated(std::uint32_t first, std::uint32_t count) {
+  set_homes(first, count);
   // New units become readable, at one mprotect for the whole range plus one per run of units
   // that must stay inaccessible. The range is opened *before* any state leaves `unallocated`:
   // once a unit is `valid`, a write notice (from a rank that returned from the same collective
@@ -512,6 +522,7 @@ void engine::units_allocated(std::uint32_t first, std::uint32_t count) {
 }
 
 void engine::units_freed(std::uint32_t first, std::uint32_t count) {
+  clear_homes(first, count);
   protection_batch batch = protections();
   for (std::uint32_t u = first; u < first + count; ++u) {
     batch.visit(u, [&](page_entry& pe) -> unit_protection {

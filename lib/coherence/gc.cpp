@@ -6,6 +6,7 @@
 
 #include "stats/counters.hpp"
 
+#include <algorithm>
 #include <set>
 
 namespace mdsm::coherence {
@@ -22,6 +23,12 @@ void wait_request(net::progress& p, MPI_Request& req) {
 
 void engine::gc() {
   stats::activity_scope timed(stats::activity::gc, stats::counter::gc_ns);
+  // A background collection's cut and free wait while this one runs (background_gc.cpp).
+  struct blocking_scope {
+    engine& e;
+    explicit blocking_scope(engine& en) : e(en) { e.begin_blocking_gc(); }
+    ~blocking_scope() { e.end_blocking_gc(); }
+  } blocking(*this);
   // 1. Close the current interval and learn every interval any rank knows (the join G of all
   //    vector times is downward closed, so it is fetched and applied as one batch).
   {
@@ -50,11 +57,25 @@ void engine::gc() {
   // 2. Put every modification of ours into a diff (so copies can be dropped safely; hot units
   //    stop being hot), drop copies that lack writes unless we are the home, and bring home
   //    units up to date.
+  // A unit being fetched (a background collection's home validation, another thread's fault) is
+  // decided once that fetch is done: dropping it now would let the fetch install its diffs over
+  // the discarded memory.
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> busy;  // (unit, fetch generation)
+  pages_.for_each([&](std::uint32_t u, page_entry& pe) {
+    if (pe.fetching) busy.emplace_back(u, pe.fetch_generation);
+  });
+  progress_.wait_until([&] {
+    return std::all_of(busy.begin(), busy.end(), [&](const std::pair<std::uint32_t, std::uint32_t>& b) {
+      std::lock_guard lk(pages_.lock_of(b.first));
+      const page_entry& pe = pages_.at(b.first);
+      return !pe.fetching || pe.fetch_generation != b.second;
+    });
+  });
   std::vector<std::uint32_t> to_validate, to_drop;
   pages_.for_each([&](std::uint32_t u, page_entry& pe) {
     if (pe.twin) make_diff_locked(u, pe);
     if (wanted_locked(u, pe).empty()) return;
-    if (region_.home_of(u) == rank_ && pe.state != page_state::unallocated) to_validate.push_back(u);
+    if (home_of(u) == rank_ && pe.state != page_state::unallocated) to_validate.push_back(u);
     else to_drop.push_back(u);
   });
   {
@@ -67,7 +88,7 @@ void engine::gc() {
         if (pe.applied_through.empty()) pe.applied_through.assign(static_cast<std::size_t>(size_), 0);
         for (std::size_t c = 0; c < pe.applied_through.size(); ++c)
           pe.applied_through[c] = std::max(pe.applied_through[c], g[c]);
-        if (pe.state != page_state::invalid && pe.state != page_state::valid) return {pe.prot};
+        if (pe.fetching || (pe.state != page_state::invalid && pe.state != page_state::valid)) return {pe.prot};
         set_state_locked(u, pe, page_state::no_copy);
         return {os::prot::none, true};
       });
@@ -80,6 +101,11 @@ void engine::gc() {
   wait_request(progress_, req);
 
   // 4. Free everything up to G.
+  collect_through(g);
+  rearm_background_trigger();
+}
+
+void engine::collect_through(const vector_time& g) {
   std::size_t freed = 0;
   {
     std::lock_guard lk(meta_);
@@ -109,6 +135,41 @@ void engine::gc() {
   add_metadata(-static_cast<std::int64_t>(freed));
   stats::add(stats::counter::gc_runs);
   stats::add(stats::counter::gc_freed_bytes, freed);
+}
+
+int engine::home_of(std::uint32_t u) {
+  std::lock_guard lk(homes_mutex_);
+  const std::uint32_t home = homes_.at(u);
+  return home != 0 ? static_cast<int>(home - 1) : region_.home_of(u);
+}
+
+void engine::collective_allocation(std::uint32_t first, std::uint32_t count) {
+  std::lock_guard lk(homes_mutex_);
+  allocating_ = unit_run{first, count};
+}
+
+void engine::set_homes(std::uint32_t first, std::uint32_t count) {
+  // Units of a collective allocation get their block of it as home (see home_of), fixed from
+  // their first allocation until they are free again: a home that changed while copies were
+  // being dropped for it would serve a stale copy. Other units keep the region's home.
+  std::lock_guard lk(homes_mutex_);
+  const unit_run a = allocating_;
+  if (a.count == 0 || first < a.first || first + count > a.end()) return;
+  const auto ranks = static_cast<std::uint64_t>(size_);
+  std::uint32_t u = first;
+  while (u < first + count) {
+    const auto home = static_cast<std::uint32_t>(std::uint64_t{u - a.first} * ranks / a.count);
+    // The first unit of the next home's block: ceil((home + 1) * count / ranks).
+    const auto next = a.first + static_cast<std::uint32_t>(((home + 1) * std::uint64_t{a.count} + ranks - 1) / ranks);
+    const std::uint32_t end = std::min(first + count, std::max(next, u + 1));
+    homes_.paint(unit_run{u, end - u}, home + 1);
+    u = end;
+  }
+}
+
+void engine::clear_homes(std::uint32_t first, std::uint32_t count) {
+  std::lock_guard lk(homes_mutex_);
+  homes_.paint(unit_run{first, count}, 0);
 }
 
 }  // namespace mdsm::coherence

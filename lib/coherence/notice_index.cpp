@@ -8,75 +8,65 @@ namespace mdsm::coherence {
 notice_index::notice_index(std::size_t ranks, std::uint32_t units)
     : by_creator_(ranks), valid_((std::size_t{units} + 63) / 64, 0) {}
 
-void notice_index::paint(std::uint32_t creator, const std::vector<unit_run>& runs, std::uint32_t index) {
-  segments& m = by_creator_[creator];
-  for (const unit_run& run : runs) {
-    const std::uint32_t a = run.first, b = run.end() - 1;
-    // The common case, a run painted again (a block or a page rewritten in every interval): the
-    // segment is [a, b] already; only its interval changes (no neighbour of the same interval
-    // can exist: intervals of one creator are painted in increasing order).
-    auto it = m.lower_bound(a);
-    if (it != m.end() && it->first == a && it->second.last == b) {
-      it->second.index = index;
-      continue;
-    }
-    // The first segment that may overlap [a, b]: the one starting at or before a, if it reaches a.
-    if (it != m.begin() && std::prev(it)->second.last >= a) --it;
-    // Cut what lies outside [a, b] off the overlapping segments, drop the rest.
-    while (it != m.end() && it->first <= b) {
-      const std::uint32_t s = it->first;
-      const segment seg = it->second;
-      it = m.erase(it);
-      --segments_;
-      if (s < a) {
-        m.emplace(s, segment{a - 1, seg.index});
-        ++segments_;
-      }
-      if (seg.last > b) {
-        it = m.emplace(b + 1, segment{seg.last, seg.index}).first;
-        ++segments_;
-        break;
-      }
-    }
-    // Insert [a, b], joined with neighbours painted with the same interval.
-    std::uint32_t first = a, last = b;
-    auto next = m.lower_bound(a);
-    if (next != m.end() && next->first == b + 1 && next->second.index == index) {
-      last = next->second.last;
-      next = m.erase(next);
-      --segments_;
-    }
-    if (next != m.begin()) {
-      auto prev = std::prev(next);
-      if (prev->second.last + 1 == a && prev->second.index == index) {
-        prev->second.last = last;
-        continue;
-      }
-    }
-    m.emplace_hint(next, first, segment{last, index});
-    ++segments_;
+void run_map::paint(const unit_run& run, std::uint32_t value) {
+  auto& m = segs_;
+  const std::uint32_t a = run.first, b = run.end() - 1;
+  // The common case, a run painted again (a block or a page rewritten in every interval): the
+  // segment is [a, b] already; only its value changes.
+  auto it = m.lower_bound(a);
+  if (it != m.end() && it->first == a && it->second.last == b) {
+    if (value == 0) m.erase(it);
+    else it->second.value = value;
+    return;
   }
+  // The first segment that may overlap [a, b]: the one starting at or before a, if it reaches a.
+  if (it != m.begin() && std::prev(it)->second.last >= a) --it;
+  // Cut what lies outside [a, b] off the overlapping segments, drop the rest.
+  while (it != m.end() && it->first <= b) {
+    const std::uint32_t s = it->first;
+    const segment seg = it->second;
+    it = m.erase(it);
+    if (s < a) m.emplace(s, segment{a - 1, seg.value});
+    if (seg.last > b) {
+      m.emplace(b + 1, segment{seg.last, seg.value});
+      break;
+    }
+  }
+  if (value == 0) return;
+  // Insert [a, b], joined with neighbours of the same value.
+  std::uint32_t last = b;
+  auto next = m.lower_bound(a);
+  if (next != m.end() && next->first == b + 1 && next->second.value == value) {
+    last = next->second.last;
+    next = m.erase(next);
+  }
+  if (next != m.begin()) {
+    auto prev = std::prev(next);
+    if (prev->second.last + 1 == a && prev->second.value == value) {
+      prev->second.last = last;
+      return;
+    }
+  }
+  m.emplace_hint(next, a, segment{last, value});
+}
+
+void notice_index::paint(std::uint32_t creator, const std::vector<unit_run>& runs, std::uint32_t index) {
+  run_map& m = by_creator_[creator];
+  segments_ -= m.segments();
+  for (const unit_run& run : runs) m.paint(run, index);
+  segments_ += m.segments();
 }
 
 std::uint32_t notice_index::latest(std::uint32_t creator, std::uint32_t unit) const {
-  const segments& m = by_creator_[creator];
-  auto it = m.upper_bound(unit);
-  if (it == m.begin()) return 0;
-  --it;
-  return unit <= it->second.last ? it->second.index : 0;
+  return by_creator_[creator].at(unit);
 }
 
 void notice_index::forget_through(const vector_time& g) {
   for (std::size_t c = 0; c < by_creator_.size(); ++c) {
-    segments& m = by_creator_[c];
-    for (auto it = m.begin(); it != m.end();) {
-      if (it->second.index <= g[c]) {
-        it = m.erase(it);
-        --segments_;
-      } else {
-        ++it;
-      }
-    }
+    run_map& m = by_creator_[c];
+    segments_ -= m.segments();
+    m.erase_if([&](std::uint32_t index) { return index <= g[c]; });
+    segments_ += m.segments();
   }
 }
 

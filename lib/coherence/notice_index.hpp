@@ -20,6 +20,7 @@
 #pragma once
 
 #include "coherence/interval.hpp"
+#include "coherence/run_map.hpp"
 #include "coherence/vector_time.hpp"
 
 #include <cstdint>
@@ -44,7 +45,7 @@ class notice_index {
   std::uint32_t latest(std::uint32_t creator, std::uint32_t unit) const;
   // Forgets every interval up to g[creator] (garbage collection: nothing is pending through g).
   void forget_through(const vector_time& g);
-  std::size_t bytes() const { return segments_ * k_segment_bytes; }
+  std::size_t bytes() const { return segments_ * run_map::k_segment_bytes; }
 
   bool valid(std::uint32_t u) const { return (valid_[u / 64] >> (u % 64)) & 1; }
   void set_valid(std::uint32_t u, bool v) {
@@ -55,15 +56,8 @@ class notice_index {
   void valid_units(const unit_run& run, std::vector<std::uint32_t>& out) const;
 
  private:
-  struct segment {
-    std::uint32_t last;   // the segment is units [first (the key), last]
-    std::uint32_t index;  // newest interval that wrote them
-  };
-  using segments = std::map<std::uint32_t, segment>;
-  static constexpr std::size_t k_segment_bytes = 48;  // a map node, roughly (metadata statistics)
-
   std::mutex mutex_;
-  std::vector<segments> by_creator_;
+  std::vector<run_map> by_creator_;
   std::size_t segments_ = 0;
   std::vector<std::uint64_t> valid_;
 };

@@ -59,6 +59,9 @@ struct page_entry {
   bool hot = false;
   bool fetching = false;           // a thread is fetching this unit's diffs or copy
   std::uint32_t fetch_generation = 0;
+  // The background collection that dropped this copy (0: none since): its home's copy holds every
+  // write up to that cut only once the collection is over (engine::validate waits for it).
+  std::uint32_t dropped_in = 0;
   std::uint16_t hot_period = 0;    // closes between checks of a hot unit (doubles while it stays hot)
   std::uint32_t hot_check_at = 0;  // interval at whose close a hot unit is checked for writes
   std::uint64_t hot_hash = 0;      // hash of a sample of the contents at the last check

@@ -8,8 +8,9 @@
 //   [0, collective_units)                      the collective arena: every rank allocates the
 //                                              same objects at the same addresses
 //   then one arena of arena_units per rank     non-collective allocations by that rank
-// Home of a unit (who keeps an authoritative copy after garbage collection, and who serves
-// whole-unit fetches): the arena owner, or unit % ranks in the collective arena.
+// Default home of a unit (who keeps an authoritative copy after garbage collection, and who
+// serves whole-unit fetches): the arena owner, or unit % ranks in the collective arena. The
+// engine gives the units of a collective allocation blocks of it instead (engine::home_of).
 #pragma once
 
 #include <mpi.h>
@@ -31,7 +32,11 @@ struct region_config {
   // Push the diffs of units a rank keeps re-reading along with our RELEASEs to it
   // (engine::encode_pushed_locked).
   bool push_diffs = true;
-  // MDSM_COHERENT_SIZE, _UNIT_PAGES, _ADDRESS, MDSM_HOT_UNIT_INTERVALS, MDSM_PUSH_DIFFS
+  // Collect garbage in the background, without a barrier, past 1.5x the threshold
+  // (background_gc.cpp).
+  bool background_gc = true;
+  // MDSM_COHERENT_SIZE, _UNIT_PAGES, _ADDRESS, MDSM_HOT_UNIT_INTERVALS, MDSM_PUSH_DIFFS,
+  // MDSM_BACKGROUND_GC
   static region_config from_env(region_config defaults);
 };
 

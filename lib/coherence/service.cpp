@@ -30,14 +30,21 @@ void engine::on_frame(void* ctx, const net::inbound_frame& f) {
   auto* self = static_cast<engine*>(ctx);
   net::handler_scope scope("mdsm coherence protocol");
   switch (f.header.handler) {
-    case op_diff_request: return self->serve_diff_request(f, false);
-    case op_copy_request: return self->serve_diff_request(f, true);
-    case op_interval_request: return self->serve_interval_request(f);
+    case op_diff_request: self->serve_diff_request(f, false); break;
+    case op_copy_request: self->serve_diff_request(f, true); break;
+    case op_interval_request: self->serve_interval_request(f); break;
     case op_diff_reply:
     case op_copy_reply:
-    case op_interval_reply: return self->take_reply(f);
+    case op_interval_reply: self->take_reply(f); break;
+    case op_gc_want:
+    case op_gc_begin:
+    case op_gc_vt:
+    case op_gc_cut:
+    case op_gc_ready:
+    case op_gc_free: self->on_gc_frame(f); break;
     default: net::byte_reader::malformed("unknown coherence operation");
   }
+  self->maybe_want_gc();
 }
 
 std::uint32_t engine::encode_pieces_locked(std::uint32_t u, page_entry& pe, std::uint32_t after,
@@ -130,10 +137,12 @@ void engine::serve_diff_request(const net::inbound_frame& f, bool with_copy) {
     std::lock_guard lk(pages_.lock_of(u));
     page_entry& pe = pages_.at(u);
     if (with_copy) {
-      // Only the home is asked for copies, and the home never drops its copy.
+      // Only the home is asked for copies, and the home never drops its copy. While it brings the
+      // copy up to date (a background collection's validation, a fault of its own) the copy may
+      // lack writes the requester counts on finding in it: the requester asks again shortly.
       const bool allocated = pe.state != page_state::unallocated && pe.state != page_state::no_copy;
-      out.put(static_cast<std::uint8_t>(allocated ? 1 : 0));
-      if (!allocated) break;
+      out.put(static_cast<std::uint8_t>(!allocated ? k_copy_unallocated : pe.fetching ? k_copy_busy : k_copy_follows));
+      if (!allocated || pe.fetching) break;
       out.put_bytes(std::span<const std::byte>(region_.lib_unit(u), region_.unit()));
     }
     const std::uint32_t held = through > after ? encode_pieces_locked(u, pe, after, through, out) : 0;

@@ -114,6 +114,13 @@ void* coherent_allocator::alloc_collective(std::size_t bytes) {
     detail::fail(MDSM_ERR_OUT_OF_MEMORY, "alloc_collective(", bytes, "): the collective arena has ",
                  collective_.free_bytes(), " bytes free (largest block ", collective_.largest_free(), ") of ",
                  collective_.capacity(), "; set a larger MDSM_COHERENT_SIZE");
+  const std::uint32_t first = region_.unit_of(reinterpret_cast<void*>(*addr));
+  // The units this allocation brings into use get blocks of it as homes (engine::home_of).
+  struct homes_scope {
+    coherence::engine& e;
+    ~homes_scope() { e.collective_allocation(0, 0); }
+  } homes{engine_};
+  engine_.collective_allocation(first, region_.unit_of(reinterpret_cast<void*>(*addr + bytes - 1)) - first + 1);
   account(*addr, bytes, true);
   return reinterpret_cast<void*>(*addr);
 }

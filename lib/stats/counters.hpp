@@ -74,6 +74,7 @@ namespace mdsm::stats {
   X(pushed_units_applied, count, "pushed diffs applied at an acquire (a fault and fetch saved)") \
   X(pushed_units_unused, count, "pushed diffs not applicable (the copy lacked more)")           \
   X(gc_runs, count, "garbage collections")                                                       \
+  X(gc_background_runs, count, "of gc_runs: collections without a barrier, in the background")  \
   X(gc_freed_bytes, count, "consistency metadata bytes freed by garbage collection")             \
   X(metadata_bytes, gauge, "consistency metadata held now (intervals, notices, twins, diffs)")   \
   X(metadata_bytes_peak, count, "peak of metadata_bytes")

@@ -134,7 +134,10 @@ mdsm_status mdsm_barrier_wait(mdsm_barrier* barrier);
 mdsm_status mdsm_barrier_destroy(mdsm_barrier* barrier);
 
 typedef struct mdsm_queue mdsm_queue;
-mdsm_status mdsm_queue_create(int lifo, int manager, mdsm_queue** queue);
+/* order: MDSM_QUEUE_FIFO, MDSM_QUEUE_LIFO (a work stack) or MDSM_QUEUE_LIFO_LOCAL (the newest item
+ * the popping rank pushed itself, else the newest of all); see mdsm::work_queue::order. */
+enum { MDSM_QUEUE_FIFO = 0, MDSM_QUEUE_LIFO = 1, MDSM_QUEUE_LIFO_LOCAL = 2 };
+mdsm_status mdsm_queue_create(int order, int manager, mdsm_queue** queue);
 mdsm_status mdsm_queue_push(mdsm_queue* queue, const void* item, size_t len);
 /* Copies the next item into buf (capacity cap) and sets *len; *got = 0 once terminated.
  * MDSM_ERR_INVALID_ARGUMENT if the item does not fit (it stays first in line for this rank). */

@@ -363,7 +363,10 @@ class barrier {
 // (termination detection).
 class work_queue {
  public:
-  enum class order { fifo, lifo };
+  // fifo: the oldest item first; lifo: the newest (a work stack); lifo_local: the newest item
+  // the popping rank pushed itself, else the newest of all (a work stack with locality: a rank
+  // keeps working on ranges whose data it wrote, and steals others' only when it has none).
+  enum class order { fifo, lifo, lifo_local };
   explicit work_queue(order o = order::fifo, int manager = -1);  // collective; all ranks participate
   ~work_queue();
   work_queue(const work_queue&) = delete;

@@ -23,7 +23,7 @@ struct mdsm_barrier {
 };
 struct mdsm_queue {
   mdsm::work_queue q;
-  mdsm_queue(bool lifo, int manager) : q(lifo ? mdsm::work_queue::order::lifo : mdsm::work_queue::order::fifo, manager) {}
+  mdsm_queue(mdsm::work_queue::order o, int manager) : q(o, manager) {}
 };
 
 namespace mdsm::sync {
@@ -120,9 +120,14 @@ mdsm_status mdsm_barrier_destroy(mdsm_barrier* barrier) {
   return guarded([&] { delete barrier; });
 }
 
-mdsm_status mdsm_queue_create(int lifo, int manager, mdsm_queue** queue) {
+mdsm_status mdsm_queue_create(int order, int manager, mdsm_queue** queue) {
   if (queue == nullptr) return null_arg("queue");
-  return guarded([&] { *queue = new mdsm_queue(lifo != 0, manager); });
+  if (order < MDSM_QUEUE_FIFO || order > MDSM_QUEUE_LIFO_LOCAL)
+    return guarded([&] {
+      throw mdsm::error(MDSM_ERR_INVALID_ARGUMENT, "mdsm_queue_create: order " + std::to_string(order) +
+                                                       " is not MDSM_QUEUE_FIFO, MDSM_QUEUE_LIFO or MDSM_QUEUE_LIFO_LOCAL");
+    });
+  return guarded([&] { *queue = new mdsm_queue(static_cast<mdsm::work_queue::order>(order), manager); });
 }
 mdsm_status mdsm_queue_push(mdsm_queue* queue, const void* item, size_t len) {
   if (queue == nullptr) return null_arg("queue");

@@ -4,7 +4,10 @@
 //
 //   push(item)  RELEASE {id, item bytes} to the manager (asynchronous; also from the manager).
 //   pop()       REQUEST to the manager (handled in place on the manager), which forwards the
-//               oldest (FIFO) or newest (LIFO) stored item, or remembers the waiter.
+//               oldest (FIFO) or newest (LIFO) stored item, or remembers the waiter. LIFO_LOCAL:
+//               the newest item the popping rank pushed itself, else the newest of all; a rank
+//               then keeps working on the data it produced (its item's RELEASE brings it nothing
+//               to fetch) and takes others' work only when it has none of its own.
 // Termination: when every rank waits in pop() and nothing is stored, the manager answers every
 // waiter with a NONE "done" and pop() returns nullopt; the queue is then ready for another round.
 // Per-sender order makes this exact for items pushed by application threads: a rank's pushes
@@ -16,7 +19,9 @@
 
 #include "common/check.hpp"
 
+#include <algorithm>
 #include <deque>
+#include <iterator>
 
 namespace mdsm::sync {
 
@@ -25,8 +30,9 @@ namespace {
 enum op : std::uint32_t { op_push = 1, op_pop = 2, op_done = 3 };
 
 struct queue_state final : object {
-  queue_state(std::uint32_t id_, kind k_, int manager_, bool lifo_) : object(id_, k_, manager_), lifo(lifo_) {}
-  const bool lifo;
+  queue_state(std::uint32_t id_, kind k_, int manager_, work_queue::order o)
+      : object(id_, k_, manager_), order(o) {}
+  const work_queue::order order;
   // Manager (guarded by mu).
   std::deque<stored_message> items;
   std::deque<int> waiters;
@@ -72,16 +78,17 @@ void finish_round_locked(queue_state& s) {
 // Manager: matches stored items with waiters, then checks for termination (mu held).
 void match_locked(queue_state& s) {
   while (!s.items.empty() && !s.waiters.empty()) {
-    stored_message item;
-    if (s.lifo) {
-      item = std::move(s.items.back());
-      s.items.pop_back();
-    } else {
-      item = std::move(s.items.front());
-      s.items.pop_front();
-    }
     const int w = s.waiters.front();
     s.waiters.pop_front();
+    auto it = s.order == work_queue::order::fifo ? s.items.begin() : std::prev(s.items.end());
+    if (s.order == work_queue::order::lifo_local) {
+      // The newest of the waiter's own items, if any (items are few: a scan is cheap next to the
+      // message that brought each).
+      auto own = std::find_if(s.items.rbegin(), s.items.rend(), [&](const stored_message& m) { return m.origin() == w; });
+      if (own != s.items.rend()) it = std::prev(own.base());
+    }
+    stored_message item = std::move(*it);
+    s.items.erase(it);
     deliver_locked(s, w, std::move(item));
   }
   if (s.items.empty() && s.own_pushes_in_flight == 0 && static_cast<int>(s.waiters.size()) == current().size())
@@ -126,8 +133,9 @@ using namespace sync;
 
 work_queue::work_queue(order o, int manager) {
   require_application_thread("work_queue::work_queue");
-  const bool lifo = o == order::lifo;
-  id_ = current().create<queue_state>(kind::queue, manager, lifo ? 2 : 0, lifo)->id;
+  // Every rank must create the queue with the same order (checked with the manager).
+  const std::uint64_t check = o == order::fifo ? 0 : o == order::lifo ? 2 : 4;
+  id_ = current().create<queue_state>(kind::queue, manager, check, o)->id;
 }
 
 work_queue::~work_queue() {

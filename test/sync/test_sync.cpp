@@ -412,6 +412,43 @@ TEST_CASE("work stack: LIFO order at the manager, termination with an empty stac
   world_barrier();
 }
 
+TEST_CASE("work stack with locality: a rank gets its own newest item first, another's only when it has none",
+          "[sync][np2+]") {
+  session s;
+  const int me = mdsm::rank(), n = mdsm::size();
+  mdsm::work_queue st(mdsm::work_queue::order::lifo_local, 0);
+  mdsm::barrier b;
+  int* data = mdsm::alloc_collective_array<int>(static_cast<std::size_t>(n) * 4);
+  // Every rank but the manager pushes three items, then pops three: its own, newest first, though
+  // the other ranks' items are newer still (per-sender order: its pushes reach the manager before
+  // its pop requests, and nobody else takes them, having items of its own).
+  if (me != 0) {
+    for (int i = 0; i < 3; ++i) {
+      data[me * 4 + i] = me * 10 + i;
+      st.push_value(me * 10 + i);
+    }
+    for (int i = 2; i >= 0; --i) {
+      const auto v = st.pop_value<int>();
+      REQUIRE(v.has_value());
+      CHECK(*v == me * 10 + i);
+    }
+  }
+  b.arrive_and_wait();
+  // The manager, with no item of its own, gets rank 1's, and sees what rank 1 wrote before pushing.
+  if (me == 0) {
+    const auto v = st.pop_value<int>();
+    REQUIRE(v.has_value());
+    CHECK(*v == 1000);
+    CHECK(data[3] == 77);
+  } else if (me == 1) {
+    data[3] = 77;
+    st.push_value(1000);
+  }
+  b.arrive_and_wait();
+  CHECK_FALSE(st.pop().has_value());  // every rank waits on the empty stack: terminated
+  world_barrier();
+}
+
 TEST_CASE("work queue: the manager's own push is not lost when it pops while every other rank waits",
           "[sync][np2+]") {
   // The manager's pop is handled in place but its push travels to itself as a message; the round
@@ -499,7 +536,11 @@ TEST_CASE("C API: a counter under an mdsm_mutex, and a barrier", "[sync][capi][n
   CHECK(*counter == 50 * n);
   REQUIRE(mdsm_barrier_wait(b) == MDSM_SUCCESS);
   mdsm_queue* q = nullptr;
-  REQUIRE(mdsm_queue_create(0, 0, &q) == MDSM_SUCCESS);
+  CHECK(mdsm_queue_create(3, 0, &q) == MDSM_ERR_INVALID_ARGUMENT);  // no such order
+  CHECK(std::string(mdsm_last_error()).find("MDSM_QUEUE_LIFO_LOCAL") != std::string::npos);
+  CHECK(mdsm_queue_create(-1, 0, &q) == MDSM_ERR_INVALID_ARGUMENT);
+  CHECK(q == nullptr);
+  REQUIRE(mdsm_queue_create(MDSM_QUEUE_FIFO, 0, &q) == MDSM_SUCCESS);
   const long v = 42;
   REQUIRE(mdsm_queue_push(q, &v, sizeof v) == MDSM_SUCCESS);
   char small[2];

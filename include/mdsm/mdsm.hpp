@@ -242,15 +242,21 @@ void free(void* p);
 void free_collective(void* p);
 bool is_coherent(const void* p) noexcept;
 
+namespace detail {
+// n * size, or an error (MDSM_ERR_OUT_OF_MEMORY, naming `what`) if that does not fit in size_t.
+std::size_t array_bytes(std::size_t n, std::size_t size, const char* what);
+}  // namespace detail
+
+// n objects of T; MDSM_ERR_OUT_OF_MEMORY if n * sizeof(T) overflows.
 template <class T>
 T* alloc_array(std::size_t n) {
   static_assert(std::is_trivially_copyable_v<T>, "coherent memory holds trivially copyable objects");
-  return static_cast<T*>(alloc(n * sizeof(T)));
+  return static_cast<T*>(alloc(detail::array_bytes(n, sizeof(T), "alloc_array")));
 }
 template <class T>
 T* alloc_collective_array(std::size_t n) {
   static_assert(std::is_trivially_copyable_v<T>, "coherent memory holds trivially copyable objects");
-  return static_cast<T*>(alloc_collective(n * sizeof(T)));
+  return static_cast<T*>(alloc_collective(detail::array_bytes(n, sizeof(T), "alloc_collective_array")));
 }
 
 // Collective garbage collection of consistency metadata (also a global barrier).
@@ -384,7 +390,7 @@ class work_queue {
     static_assert(std::is_trivially_copyable_v<T>);
     auto item = pop();
     if (!item) return std::nullopt;
-    check_item_size(item->size(), sizeof(T));
+    check_item_size(*item, sizeof(T));  // a mismatch keeps the item for the next pop and throws
     T v;
     std::memcpy(&v, item->data(), sizeof(T));
     return v;
@@ -392,7 +398,7 @@ class work_queue {
   std::uint32_t id() const noexcept { return id_; }
 
  private:
-  void check_item_size(std::size_t got, std::size_t want) const;
+  void check_item_size(std::vector<std::byte>& item, std::size_t want);
   std::uint32_t id_;
 };
 

@@ -83,9 +83,17 @@ mdsm_status mdsm_register_handler(const char* name, mdsm_handler_fn fn, void* co
 
 mdsm_status mdsm_send(int dest, mdsm_handler_id handler, const void* payload, size_t len, mdsm_annotation a) {
   if (payload == nullptr && len != 0) return null_arg("payload (with a nonzero length)");
+  // A C caller may pass any int: loading it as the enum would be undefined behaviour in C++, so
+  // its bytes are read as an int and checked before they become an annotation.
+  int raw = 0;
+  static_assert(sizeof a == sizeof raw);
+  std::memcpy(&raw, &a, sizeof raw);
   return guarded([&] {
+    if (raw < MDSM_NONE || raw > MDSM_RELEASE_NT)
+      throw mdsm::error(MDSM_ERR_INVALID_ANNOTATION, "mdsm_send: annotation " + std::to_string(raw) +
+                                                         " is not MDSM_NONE, MDSM_REQUEST, MDSM_RELEASE or MDSM_RELEASE_NT");
     mdsm::send(dest, handler, std::span<const std::byte>(static_cast<const std::byte*>(payload), len),
-               static_cast<mdsm::annotation>(a));
+               static_cast<mdsm::annotation>(raw));
   });
 }
 

@@ -1,5 +1,6 @@
 // The C API of the coordination primitives: opaque handles owning the C++ objects.
 #include "api/c_guard.hpp"
+#include "sync/services.hpp"
 
 #include <cstring>
 #include <vector>
@@ -25,10 +26,6 @@ struct mdsm_queue {
   mdsm::work_queue q;
   mdsm_queue(mdsm::work_queue::order o, int manager) : q(o, manager) {}
 };
-
-namespace mdsm::sync {
-void queue_keep(std::uint32_t id, std::vector<std::byte> item);
-}
 
 using mdsm::capi::guarded;
 using mdsm::capi::null_arg;

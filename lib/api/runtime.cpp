@@ -58,12 +58,22 @@ runtime& rt_blocking(const char* what) {
 
 bool initialized() noexcept { return detail::g_runtime != nullptr; }
 
+std::size_t detail::array_bytes(std::size_t n, std::size_t size, const char* what) {
+  if (size != 0 && n > SIZE_MAX / size)
+    fail(MDSM_ERR_OUT_OF_MEMORY, what, "(", n, "): ", n, " elements of ", size, " bytes do not fit in size_t");
+  return n * size;
+}
+
 void init(MPI_Comm comm, const options& opts) {
   if (detail::g_runtime) detail::fail(MDSM_ERR_ALREADY_INITIALIZED, "init: mdsm is already initialized");
   int mpi_up = 0, mpi_down = 0;
   MPI_Initialized(&mpi_up);
   MPI_Finalized(&mpi_down);
-  if (!mpi_up || mpi_down)
+  if (mpi_down)
+    detail::fail(MDSM_ERR_NOT_INITIALIZED, "init: MPI has been finalized (by MPI_Finalize, or by mdsm::finalize "
+                                           "when mdsm::init(&argc, &argv) started MPI) and cannot be used again; "
+                                           "mdsm can be initialized again only while MPI is up");
+  if (!mpi_up)
     detail::fail(MDSM_ERR_NOT_INITIALIZED, "init: MPI is not initialized; call MPI_Init_thread with "
                                            "MPI_THREAD_MULTIPLE first, or mdsm::init(&argc, &argv)");
   int provided = 0;
@@ -170,6 +180,9 @@ handler_id register_handler(std::string_view name, handler_fn fn) {
 }
 
 void send(int dest, handler_id h, std::span<const std::byte> payload, annotation a) {
+  if (payload.data() == nullptr && !payload.empty())
+    detail::fail(MDSM_ERR_INVALID_ARGUMENT, "send: the payload is a null pointer with a nonzero length (",
+                 payload.size(), " bytes)");
   detail::rt().endpoint->send(dest, h, payload, a);
 }
 

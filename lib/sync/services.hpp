@@ -163,4 +163,8 @@ inline bool is_manager_role(const object& o, const message& m, int me) {
 // Fails with `code` and a message when a blocking primitive is used from a handler.
 void require_application_thread(const char* what);
 
+// A work-queue item popped by this rank that its caller could not take (wrong size): the next
+// pop on this rank returns it (work_queue.cpp).
+void queue_keep(std::uint32_t id, std::vector<std::byte> item);
+
 }  // namespace mdsm::sync

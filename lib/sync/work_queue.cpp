@@ -192,9 +192,13 @@ std::optional<std::vector<std::byte>> work_queue::pop() {
   return std::vector<std::byte>(rest.begin(), rest.end());
 }
 
-void work_queue::check_item_size(std::size_t got, std::size_t want) const {
-  if (got != want)
-    detail::fail(MDSM_ERR_INVALID_ARGUMENT, "work_queue::pop_value: the item has ", got, " bytes, not ", want);
+void work_queue::check_item_size(std::vector<std::byte>& item, std::size_t want) {
+  if (item.size() == want) return;
+  // Like the C API: the item is not lost; it is what this rank's next pop returns.
+  const std::size_t got = item.size();
+  queue_keep(id_, std::move(item));
+  detail::fail(MDSM_ERR_INVALID_ARGUMENT, "work_queue::pop_value: the item has ", got, " bytes, not ", want,
+               "; it is kept for this rank's next pop");
 }
 
 }  // namespace mdsm

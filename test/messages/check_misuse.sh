@@ -14,4 +14,8 @@ grep -q "MPI_THREAD_MULTIPLE" "$out" || fail "the refusal does not name MPI_THRE
 if timeout 60 "$mdsmrun" -n 2 "$prog" handler-touch >"$out" 2>&1; then fail "a handler read coherent memory unnoticed"; fi
 grep -q "message handler 'reads.coherent.memory' touched coherent memory" "$out" || fail "no message naming the handler"
 grep -q "handler read" "$out" && fail "the handler's read completed"
+"$mdsmrun" -n 2 "$prog" reinit-after-finalize >"$out" 2>&1 || fail "init after MPI was finalized was not refused"
+grep -q "MPI has been finalized" "$out" || fail "the refusal does not say MPI was finalized"
+grep -q "MPI is not initialized" "$out" && fail "the refusal says MPI is not initialized, though it was finalized"
+
 echo "misuse process checks passed"

@@ -45,6 +45,18 @@ int main(int argc, char** argv) {
     mdsm::finalize();
     return 0;
   }
-  std::fprintf(stderr, "usage: %s thread-level|handler-touch\n", argv[0]);
+  if (std::strcmp(mode, "reinit-after-finalize") == 0) {
+    mdsm::init(&argc, &argv);  // starts MPI, and its finalize ends it
+    mdsm::finalize();
+    try {
+      mdsm::init(&argc, &argv);
+      std::fprintf(stderr, "mdsm::init succeeded after MPI was finalized\n");
+      return 1;
+    } catch (const mdsm::error& e) {
+      std::printf("refused: %s\n", e.what());
+      return e.code() == MDSM_ERR_NOT_INITIALIZED ? 0 : 1;
+    }
+  }
+  std::fprintf(stderr, "usage: %s thread-level|handler-touch|reinit-after-finalize\n", argv[0]);
   return 2;
 }

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <cstring>
 #include <string>
 
@@ -72,6 +73,51 @@ TEST_CASE("misuse: invalid annotation, unknown handler, rank out of range", "[mp
     box.wait(n);
     CHECK(box.values().size() == static_cast<std::size_t>(n));
   }
+  world_barrier();
+}
+
+TEST_CASE("misuse: arrays whose size overflows, a null payload, an annotation out of range from C",
+          "[mpi][misuse][np2+]") {
+  session s;
+  mailbox box("misuse.box");
+  // n * sizeof(T) wraps around: SIZE_MAX / 4 + 2 ints would be 4 bytes (issue 19, item 1).
+  CHECK(code_of([] { (void)mdsm::alloc_array<int>(SIZE_MAX / 4 + 2); }) == MDSM_ERR_OUT_OF_MEMORY);
+  CHECK(message_of([] { (void)mdsm::alloc_array<double>(SIZE_MAX / 2); }).find("do not fit") != std::string::npos);
+  CHECK(code_of([] { (void)mdsm::alloc_collective_array<int>(SIZE_MAX / 4 + 2); }) == MDSM_ERR_OUT_OF_MEMORY);
+  int* fine = mdsm::alloc_collective_array<int>(4);  // the collective arena is still in step
+  CHECK(fine != nullptr);
+  // C++ send of a null payload with a length (the C API checks it too).
+  CHECK(code_of([&] { mdsm::send(0, box.id(), std::span<const std::byte>(static_cast<const std::byte*>(nullptr), 8), annotation::none); }) ==
+        MDSM_ERR_INVALID_ARGUMENT);
+  // C: an int that is no annotation; 258 used to be truncated to 2 (RELEASE).
+  const long v = 1;
+  int raw = 258;
+  mdsm_annotation bad;
+  std::memcpy(&bad, &raw, sizeof raw);
+  CHECK(mdsm_send(0, box.id(), &v, sizeof v, bad) == MDSM_ERR_INVALID_ANNOTATION);
+  CHECK(std::string(mdsm_last_error()).find("258") != std::string::npos);
+  raw = -1;
+  std::memcpy(&bad, &raw, sizeof raw);
+  CHECK(mdsm_send(0, box.id(), &v, sizeof v, bad) == MDSM_ERR_INVALID_ANNOTATION);
+  world_barrier();
+  CHECK(box.values().empty());  // none of them sent anything
+  world_barrier();
+}
+
+TEST_CASE("misuse: pop_value of the wrong size keeps the item for the next pop", "[mpi][misuse][np2+]") {
+  session s;
+  mdsm::work_queue q(mdsm::work_queue::order::fifo, 0);
+  const long mine = 1000 + mdsm::rank();
+  q.push_value(mine);
+  // Each rank pops one item (any rank's): first as an int, which does not fit.
+  CHECK(code_of([&] { (void)q.pop_value<int>(); }) == MDSM_ERR_INVALID_ARGUMENT);
+  const auto again = q.pop_value<long>();  // the same item, not lost (issue 19, item 3)
+  REQUIRE(again.has_value());
+  CHECK(*again >= 1000);
+  CHECK(*again < 1000 + mdsm::size());
+  const long sum = world_sum(*again);
+  CHECK(sum == 1000L * mdsm::size() + static_cast<long>(mdsm::size()) * (mdsm::size() - 1) / 2);  // each popped once
+  CHECK_FALSE(q.pop().has_value());  // terminated: nothing left
   world_barrier();
 }
 

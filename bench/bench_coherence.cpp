@@ -72,8 +72,10 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-// Word positions changed for a given share of the page (spread out, fixed per share).
+// Word positions changed for a given share of the page (spread out, fixed per share): none for
+// 0%, at least one for any other share.
 std::vector<std::size_t> changed_words(int percent) {
+  if (percent <= 0) return {};  // page_pair(0) is a page equal to its twin
   std::vector<std::size_t> all(k_words);
   for (std::size_t i = 0; i < k_words; ++i) all[i] = i;
   if (percent >= 100) return all;

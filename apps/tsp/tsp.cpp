@@ -7,15 +7,22 @@
 // into their children; longer ones are solved locally by depth-first branch and bound.
 //
 //   lock    the tour stack lives in coherent memory under one mdsm::mutex (a condition variable
-//           parks idle workers); the best tour lives in coherent memory under a second mutex and
-//           its length is read without the lock for pruning (a stale bound is only weaker).
+//           parks idle workers; a worker takes up to 4 tours per acquire while the stack is
+//           deep); the best tour lives in coherent memory under a second mutex. Its length is
+//           read without the lock for pruning (a stale bound is only weaker) and, every 64K
+//           search nodes, under it: that acquire brings a better tour another rank has found.
 //   hybrid  the tour stack is private to the manager (rank 0), whose application thread serves
 //           work requests (REQUEST messages its handler only queues) with RELEASE replies; a
 //           better tour is posted to the manager in a REQUEST, the manager writes it into
-//           coherent memory, and workers see it after the next RELEASE reply they accept.
+//           coherent memory and announces it to the other workers with a RELEASE, which they
+//           accept during their search and then read the bound from coherent memory.
 //   msg     the same protocol with NONE messages only and the bound in the payload: the
 //           message-passing reference, no shared memory.
+// In the manager versions a worker asks for its next tours when it starts the last one it
+// holds, so the reply arrives while it searches. Every version pauses its progress thread
+// during the search and polls for messages every 512 search nodes instead (see docs/APPS.md).
 // The result (optimal tour length) is verified against a sequential branch and bound on rank 0.
+// TSP_TRACE=1 prints a line per rank: nodes searched, tours, search and idle time.
 #include "../common/app.hpp"
 
 #include <mdsm/mdsm.hpp>
@@ -25,6 +32,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <deque>
 #include <limits>
 #include <mutex>
@@ -37,6 +45,28 @@ namespace {
 constexpr int k_max_cities = 24;
 constexpr int k_queue_capacity = 2048;  // lock version: tours in the coherent stack
 constexpr int k_no_tour = std::numeric_limits<std::int32_t>::max();
+// The solver calls its tick every this many nodes (~40 us): the ranks poll for messages there
+// and pick up a better bound.
+constexpr unsigned k_tick_nodes = 512;
+
+// Where a rank's time went (TSP_TRACE=1 prints it): the search itself, and waiting for work
+// (lock: the stack's lock and condition variable; worker: the manager's reply).
+struct search_trace {
+  std::uint64_t nodes = 0, tours = 0;
+  double search_s = 0, idle_s = 0;
+  void searched(std::uint64_t n, double since) {
+    nodes += n;
+    ++tours;
+    search_s += mdsm_apps::now_s() - since;
+  }
+  void print(const char* version) const {
+    if (std::getenv("TSP_TRACE") == nullptr) return;
+    std::printf("TSP_TRACE version=%s rank=%d nodes=%llu tours=%llu search_s=%.3f idle_s=%.3f\n", version,
+                mdsm::rank(), static_cast<unsigned long long>(nodes), static_cast<unsigned long long>(tours), search_s,
+                idle_s);
+    std::fflush(stdout);
+  }
+};
 
 // A partial tour: path[0..depth) starting at city 0.
 struct tour {
@@ -144,7 +174,7 @@ struct problem {
 };
 
 // Depth-first branch and bound below `t`. `best` is the caller's bound (updated in place with
-// `on_better`), `tick` is called every 4096 nodes and may lower `best`.
+// `on_better`), `tick` is called every k_tick_nodes nodes and may lower `best`.
 struct solver {
   const problem& p;
   int& best;
@@ -161,7 +191,7 @@ struct solver {
 
   template <class OnBetter, class Tick>
   void dfs(int depth, std::uint32_t visited, int cost, int rem, OnBetter& on_better, Tick& tick) {
-    if ((++nodes & 4095) == 0) tick();
+    if ((++nodes % k_tick_nodes) == 0) tick();
     const int last = path[depth - 1];
     if (depth == p.n) {
       const int total = cost + p.d(last, 0);
@@ -207,11 +237,27 @@ std::vector<tour> children_of(const problem& p, const tour& t, int bound) {
   return out;
 }
 
+// The search runs with the progress thread paused and polls for messages at every tick instead
+// (mdsm::poll costs ~40 ns when nothing has arrived). Every rank is then either searching, and
+// polls every k_tick_nodes nodes, or waiting inside mdsm, which delivers too, so requests to it
+// (work, locks, diffs) are served within ~40 us. With the thread running on a core it shares with
+// the search, its wake-ups cost the search 7-15% on our 2-core machine (docs/APPS.md).
+class polling_section {
+ public:
+  polling_section() { mdsm::pause_progress_thread(); }
+  ~polling_section() { mdsm::resume_progress_thread(); }
+  polling_section(const polling_section&) = delete;
+  polling_section& operator=(const polling_section&) = delete;
+};
+
 // ---- lock: everything in coherent memory ------------------------------------------------------
+
+constexpr int k_lock_batch = 4;               // tours taken per acquire, at most
+constexpr int k_lock_refresh_ticks = 128;     // every 64K nodes: read the bound under its lock
 
 struct shared_stack {
   std::int32_t top;
-  std::int32_t active;   // workers holding a tour
+  std::int32_t active;   // workers holding tours
   std::int32_t waiting;  // workers parked on the condition variable
   std::int32_t pad;
   tour items[k_queue_capacity];
@@ -223,6 +269,7 @@ best_tour run_lock(const problem& p, mdsm_apps::measurement& m) {
   mdsm::mutex qlock, block;
   mdsm::condition_variable qcv;
   mdsm::barrier bar;
+  const int np = mdsm::size();
   if (mdsm::rank() == 0) {
     q->top = 1;
     q->active = 0;
@@ -232,56 +279,90 @@ best_tour run_lock(const problem& p, mdsm_apps::measurement& m) {
   }
   bar.arrive_and_wait();
 
+  search_trace trace;
   const double start = mdsm_apps::begin_measurement();
-  std::vector<tour> children;
-  bool finished = false;
-  for (;;) {
-    tour t;
-    {
-      std::unique_lock lk(qlock);
-      std::size_t pushed = 0;
-      for (; pushed < children.size() && q->top < k_queue_capacity; ++pushed) q->items[q->top++] = children[pushed];
-      children.erase(children.begin(), children.begin() + static_cast<std::ptrdiff_t>(pushed));
-      if (finished) --q->active;
-      if (q->waiting > 0 && (pushed > 0 || (q->top == 0 && q->active == 0))) qcv.notify_all();
-      finished = false;
-      if (children.empty()) {
-        while (q->top == 0 && q->active > 0) {
-          ++q->waiting;
-          qcv.wait(lk);
-          --q->waiting;
+  {
+    polling_section polling;
+    std::vector<tour> children;  // expanded here, to be pushed
+    std::deque<tour> mine;       // taken from the stack (or not pushed: it was full), to work on here
+    bool active = false;         // counted in q->active
+    for (;;) {
+      if (!children.empty() || mine.empty()) {
+        const double idle_since = mdsm_apps::now_s();
+        std::unique_lock lk(qlock);
+        std::size_t pushed = 0;
+        for (; pushed < children.size() && q->top < k_queue_capacity; ++pushed) q->items[q->top++] = children[pushed];
+        mine.insert(mine.end(), children.begin() + static_cast<std::ptrdiff_t>(pushed), children.end());
+        children.clear();
+        if (active && mine.empty()) {
+          --q->active;
+          active = false;
         }
-        if (q->top == 0) break;  // nothing queued and nobody working: done
-        t = q->items[--q->top];
-      } else {  // the stack is full: work on an overflow tour here
-        t = children.back();
-        children.pop_back();
-      }
-      ++q->active;
-    }
-    finished = true;
-    int bound = best->cost;  // read without the lock: possibly stale, never too small
-    if (t.depth < p.threshold) {
-      auto ks = children_of(p, t, bound);
-      children.insert(children.end(), ks.begin(), ks.end());
-      continue;
-    }
-    best_tour mine;
-    mine.cost = bound;
-    solver s{p, mine.cost, mine.path};
-    s.run(
-        t,
-        [&] {
-          std::lock_guard lk(block);
-          if (mine.cost < best->cost) {
-            best->cost = mine.cost;
-            std::copy(mine.path, mine.path + p.n, best->path);
+        if (q->waiting > 0 && (pushed > 0 || (q->top == 0 && q->active == 0))) qcv.notify_all();
+        if (mine.empty()) {
+          while (q->top == 0 && q->active > 0) {
+            ++q->waiting;
+            qcv.wait(lk);
+            --q->waiting;
           }
-        },
-        [&] { mine.cost = std::min(mine.cost, static_cast<int>(best->cost)); });
+          if (q->top == 0) break;  // nothing queued and nobody working: done
+          // Several tours per acquire while the stack is deep (up to a share of top/2 per rank);
+          // a tour to expand is taken alone, so that its children are pushed before its
+          // siblings are looked at: the stack stays depth first, as in the sequential search.
+          const int k = std::clamp(q->top / (2 * np), 1, k_lock_batch);
+          mine.push_back(q->items[--q->top]);
+          while (static_cast<int>(mine.size()) < k && q->top > 0 && mine.front().depth >= p.threshold &&
+                 q->items[q->top - 1].depth >= p.threshold)
+            mine.push_back(q->items[--q->top]);
+          ++q->active;
+          active = true;
+        }
+        lk.unlock();
+        trace.idle_s += mdsm_apps::now_s() - idle_since;
+      }
+      const tour t = mine.front();
+      mine.pop_front();
+      const int bound = best->cost;  // read without the lock: possibly stale, never too small
+      if (t.depth < p.threshold) {
+        auto ks = children_of(p, t, bound);
+        children.insert(children.end(), ks.begin(), ks.end());
+        continue;
+      }
+      if (t.cost + p.remaining_bound(t) >= bound) continue;
+      best_tour found;
+      found.cost = bound;
+      solver s{p, found.cost, found.path};
+      int ticks = 0;
+      const double since = mdsm_apps::now_s();
+      s.run(
+          t,
+          [&] {
+            std::lock_guard lk(block);
+            if (found.cost < best->cost) {
+              best->cost = found.cost;
+              std::copy(found.path, found.path + p.n, best->path);
+            }
+          },
+          [&] {
+            mdsm::poll();
+            if (++ticks % k_lock_refresh_ticks == 0) {
+              // The acquire brings the newest bound: it was written under this lock. Without it
+              // a rank searches on with the bound of its last acquire of the stack's lock, and
+              // at 2 ranks the search grew by a third (46 M nodes instead of 34 M at 20 cities).
+              // The lock stays at the rank that took it last, so this costs messages only when
+              // the other ranks have taken it in between.
+              std::lock_guard lk(block);
+              found.cost = std::min(found.cost, static_cast<int>(best->cost));
+            } else {
+              found.cost = std::min(found.cost, static_cast<int>(best->cost));
+            }
+          });
+      trace.searched(s.nodes, since);
+    }
   }
   bar.arrive_and_wait();
   m = mdsm_apps::end_measurement(start);
+  trace.print("lock");
   best_tour result = *best;  // after the barrier every write is visible
   bar.arrive_and_wait();
   return result;
@@ -289,27 +370,35 @@ best_tour run_lock(const problem& p, mdsm_apps::measurement& m) {
 
 // ---- hybrid and msg: a manager at rank 0 --------------------------------------------------------
 
-enum class req_kind : std::int32_t { get_work = 1, better = 2 };
+// Tours per work reply: a worker asks again when it starts the last tour it holds, so with two
+// per reply it has one more to search while its next request is served.
+constexpr int k_tours_per_reply = 2;
+
+enum class req_kind : std::int32_t { get_work = 1, better = 2, bye = 3 };
 struct request {
   req_kind kind;
-  std::int32_t cost;
+  std::int32_t cost;  // better: the tour's length
   std::uint8_t path[k_max_cities];
 };
 enum class reply_kind : std::int32_t { work = 1, done = 2 };
 struct reply {
   reply_kind kind;
   std::int32_t best;  // msg: the manager's bound (hybrid reads coherent memory instead)
-  tour t;
+  std::int32_t count;
+  std::int32_t pad;
+  tour t[k_tours_per_reply];
 };
 
-// Handler-side state: touched by handlers (progress thread or a waiting application thread) and
-// by the application thread; guarded by `mu`.
+// Handler-side state: touched by handlers (a waiting or polling application thread) and by the
+// application thread; guarded by `mu`, except the atomics.
 struct inbox {
   std::mutex mu;
-  std::deque<std::pair<int, request>> requests;  // manager: (origin, request)
-  std::optional<reply> answer;                   // worker: the reply to its get_work
-  mdsm::stored_message answer_msg;               // hybrid: the RELEASE to accept
-  std::atomic<int> pending{0};
+  std::deque<std::pair<int, request>> requests;                // manager: (origin, request)
+  std::deque<std::pair<reply, mdsm::stored_message>> replies;  // worker (hybrid: RELEASEs to accept)
+  std::vector<mdsm::stored_message> notices;                   // hybrid worker: better-bound RELEASEs
+  std::atomic<int> pending{0};                                 // requests or replies queued
+  std::atomic<int> notice_pending{0};
+  std::atomic<int> bound{k_no_tour};  // msg worker: the best bound announced
 };
 
 best_tour run_manager(const problem& p, bool hybrid, mdsm_apps::measurement& m) {
@@ -324,9 +413,23 @@ best_tour run_manager(const problem& p, bool hybrid, mdsm_apps::measurement& m) 
   });
   const auto h_reply = mdsm::register_handler("tsp.reply", [&](mdsm::message& msg) {
     std::lock_guard lk(box.mu);
-    box.answer = msg.as<reply>();
-    if (msg.annot() == mdsm::annotation::release) box.answer_msg = msg.store();
+    box.replies.emplace_back(msg.as<reply>(), msg.annot() == mdsm::annotation::release ? msg.store()
+                                                                                       : mdsm::stored_message());
     box.pending.fetch_add(1, std::memory_order_release);
+  });
+  // A better tour, announced by the manager: hybrid keeps the RELEASE for the application thread
+  // to accept (the bound is then read from coherent memory), msg carries the bound itself.
+  const auto h_notice = mdsm::register_handler("tsp.better", [&](mdsm::message& msg) {
+    if (msg.annot() == mdsm::annotation::release) {
+      std::lock_guard lk(box.mu);
+      box.notices.push_back(msg.store());
+    } else {
+      const int b = msg.as<std::int32_t>();
+      int cur = box.bound.load(std::memory_order_relaxed);
+      while (b < cur && !box.bound.compare_exchange_weak(cur, b, std::memory_order_relaxed)) {
+      }
+    }
+    box.notice_pending.store(1, std::memory_order_release);
   });
   best_tour* shared_best = hybrid ? mdsm::alloc_collective_array<best_tour>(1) : nullptr;
   mdsm::barrier bar;
@@ -334,16 +437,18 @@ best_tour run_manager(const problem& p, bool hybrid, mdsm_apps::measurement& m) 
   if (hybrid && me == 0) *shared_best = best;
   bar.arrive_and_wait();
 
+  search_trace trace;
   const double start = mdsm_apps::begin_measurement();
   if (me == 0) {
+    polling_section polling;
     std::vector<tour> stack{p.root()};
     std::deque<int> waiting;  // ranks whose get_work is unanswered
-    bool finished = false;
-    auto improve = [&](int cost, const std::uint8_t* path) {
-      if (cost >= best.cost) return;
-      best.cost = cost;
-      std::copy(path, path + p.n, best.path);
+    int byes = 0;
+    // A better tour is known: into coherent memory (hybrid), then to every worker but `from`.
+    auto announce = [&](int from) {
       if (hybrid) *shared_best = best;  // the application thread may write coherent memory
+      for (int w = 1; w < np; ++w)
+        if (w != from) mdsm::send_value(w, h_notice, static_cast<std::int32_t>(best.cost), reply_annot);
     };
     // Pops a tour of threshold depth, expanding shorter ones (the manager's private stack).
     auto next_tour = [&]() -> std::optional<tour> {
@@ -359,12 +464,10 @@ best_tour run_manager(const problem& p, bool hybrid, mdsm_apps::measurement& m) 
       }
       return std::nullopt;
     };
-    auto answer = [&](int to, reply r) {
-      r.best = best.cost;
-      mdsm::send_value(to, h_reply, r, reply_annot);
-    };
-    // Serves queued requests; `idle`: the manager itself has no tour (for termination).
-    auto serve = [&](bool idle) {
+    // Serves queued requests. Only the manager creates tours, so once its stack is empty every
+    // get_work is answered `done`; the worker then finishes the tours it holds and says bye (after
+    // its last better tour: per-sender order).
+    auto serve = [&] {
       std::deque<std::pair<int, request>> reqs;
       {
         std::lock_guard lk(box.mu);
@@ -372,69 +475,130 @@ best_tour run_manager(const problem& p, bool hybrid, mdsm_apps::measurement& m) 
         box.pending.store(0, std::memory_order_relaxed);
       }
       for (auto& [from, r] : reqs) {
-        if (r.kind == req_kind::better) improve(r.cost, r.path);
-        else waiting.push_back(from);
+        if (r.kind == req_kind::better) {
+          if (r.cost < best.cost) {
+            best.cost = r.cost;
+            std::copy(r.path, r.path + p.n, best.path);
+            announce(from);
+          }
+        } else if (r.kind == req_kind::bye) {
+          ++byes;
+        } else {
+          waiting.push_back(from);
+        }
       }
-      while (!waiting.empty()) {
-        auto t = next_tour();
-        if (!t) break;
-        answer(waiting.front(), reply{reply_kind::work, 0, *t});
-        waiting.pop_front();
-      }
-      if (idle && stack.empty() && static_cast<int>(waiting.size()) == np - 1) {
-        for (int w : waiting) answer(w, reply{reply_kind::done, 0, tour{}});
-        waiting.clear();
-        finished = true;
+      for (; !waiting.empty(); waiting.pop_front()) {
+        reply r{reply_kind::work, 0, 0, 0, {}};
+        for (; r.count < k_tours_per_reply; ++r.count) {
+          auto t = next_tour();
+          if (!t) break;
+          r.t[r.count] = *t;
+        }
+        if (r.count == 0) r.kind = reply_kind::done;
+        r.best = best.cost;
+        mdsm::send_value(waiting.front(), h_reply, r, reply_annot);
       }
     };
-    while (!finished) {
-      serve(false);
+    for (;;) {
+      serve();
       if (auto t = next_tour()) {
         solver s{p, best.cost, best.path};
+        const double since = mdsm_apps::now_s();
         s.run(
-            *t,
-            [&] {  // the solver has lowered `best` itself: publish it
-              if (hybrid) *shared_best = best;
-            },
+            *t, [&] { announce(0); },  // the solver has lowered `best` itself
             [&] {
-              if (box.pending.load(std::memory_order_acquire) != 0) serve(false);
+              mdsm::poll();
+              if (box.pending.load(std::memory_order_acquire) != 0) serve();
             });
+        trace.searched(s.nodes, since);
         continue;
       }
-      serve(true);
-      if (finished) break;
+      if (byes == np - 1) break;
+      const double idle_since = mdsm_apps::now_s();
       mdsm::wait_until([&] { return box.pending.load(std::memory_order_acquire) != 0; });
+      trace.idle_s += mdsm_apps::now_s() - idle_since;
     }
   } else {
-    for (;;) {
+    polling_section polling;
+    std::deque<tour> mine;  // tours received, not yet searched
+    bool asked = false, done = false;
+    auto ask = [&] {
       mdsm::send_value(0, h_req, request{req_kind::get_work, 0, {}}, req_annot);
-      mdsm::wait_until([&] { return box.pending.load(std::memory_order_acquire) != 0; });
-      reply r;
-      mdsm::stored_message msg;
+      asked = true;
+    };
+    // Accepts what the manager sent (hybrid: each acquire makes its best tour visible).
+    auto take_replies = [&] {
+      std::deque<std::pair<reply, mdsm::stored_message>> rs;
       {
         std::lock_guard lk(box.mu);
-        r = *box.answer;
-        box.answer.reset();
-        msg = std::move(box.answer_msg);
+        rs.swap(box.replies);
         box.pending.store(0, std::memory_order_relaxed);
       }
-      if (msg) msg.accept();  // hybrid: the acquire makes the manager's best tour visible
-      if (r.kind == reply_kind::done) break;
-      const int known = hybrid ? shared_best->cost : r.best;
-      best.cost = std::min(best.cost, known);
+      for (auto& [r, msg] : rs) {
+        if (msg) msg.accept();
+        asked = false;
+        if (r.kind == reply_kind::done) done = true;
+        mine.insert(mine.end(), r.t, r.t + r.count);
+        best.cost = std::min(best.cost, hybrid ? static_cast<int>(shared_best->cost) : r.best);
+      }
+    };
+    auto take_notices = [&] {
+      box.notice_pending.store(0, std::memory_order_relaxed);
+      if (hybrid) {
+        std::vector<mdsm::stored_message> notes;
+        {
+          std::lock_guard lk(box.mu);
+          notes.swap(box.notices);
+        }
+        if (!notes.empty()) mdsm::accept_all(notes);  // the acquire brings the manager's best tour
+        best.cost = std::min(best.cost, static_cast<int>(shared_best->cost));
+      } else {
+        best.cost = std::min(best.cost, box.bound.load(std::memory_order_relaxed));
+      }
+    };
+    for (;;) {
+      take_replies();
+      if (mine.empty()) {
+        if (done) break;
+        if (!asked) ask();
+        const double idle_since = mdsm_apps::now_s();
+        mdsm::wait_until([&] { return box.pending.load(std::memory_order_acquire) != 0; });
+        trace.idle_s += mdsm_apps::now_s() - idle_since;
+        continue;
+      }
+      const tour t = mine.front();
+      mine.pop_front();
+      if (mine.empty() && !asked && !done) ask();  // the reply comes while this tour is searched
+      if (box.notice_pending.load(std::memory_order_acquire) != 0) take_notices();
+      if (t.cost + p.remaining_bound(t) >= best.cost) continue;
       solver s{p, best.cost, best.path};
+      const double since = mdsm_apps::now_s();
       s.run(
-          r.t,
+          t,
           [&] {
             request b{req_kind::better, best.cost, {}};
             std::copy(best.path, best.path + p.n, b.path);
             mdsm::send_value(0, h_req, b, req_annot);
           },
-          [] {});
+          [&] {
+            mdsm::poll();
+            if (box.notice_pending.load(std::memory_order_acquire) != 0) take_notices();
+          });
+      trace.searched(s.nodes, since);
     }
+    mdsm::send_value(0, h_req, request{req_kind::bye, 0, {}}, req_annot);
   }
   bar.arrive_and_wait();
   m = mdsm_apps::end_measurement(start);
+  trace.print(hybrid ? "hybrid" : "msg");
+  if (hybrid) {  // announcements that came after this worker's last search (sent before the barrier)
+    std::vector<mdsm::stored_message> notes;
+    {
+      std::lock_guard lk(box.mu);
+      notes.swap(box.notices);
+    }
+    if (!notes.empty()) mdsm::accept_all(notes);
+  }
   bar.arrive_and_wait();
   return best;  // meaningful on rank 0
 }

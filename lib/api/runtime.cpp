@@ -111,6 +111,10 @@ void init(MPI_Comm comm, const options& opts) {
 
   const std::size_t unit = region.unit_pages * os::page_size();
   r->transport = std::make_unique<net::transport>(comm, detail::inline_frame_max(unit));
+  // On one host every request rings this rank's doorbell, so the progress thread may nap longer
+  // between timed wake-ups (each one takes a computing application's core: water hybrid at 2744
+  // molecules, 2 ranks, 2.21 -> 1.90 s with 2 ms instead of 200 us).
+  if (r->transport->bells().cover_every_rank()) pc = pc.with_bells();
   r->progress = std::make_unique<net::progress>(*r->transport, pc);
   r->engine = std::make_unique<coherence::engine>(*r->transport, *r->progress, region);
   r->engine->set_gc_threshold(r->gc_threshold.load(std::memory_order_relaxed));

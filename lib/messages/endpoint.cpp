@@ -232,6 +232,8 @@ void endpoint::forward(detail::inbound& in, int dest) {
   in.disposed = true;
   stats::add(stats::counter::msgs_forwarded);
   transport_.send_frame(dest, in.frame.whole());
+  // A forwarded REQUEST (a lock request the manager passes to the holder) expects an answer too.
+  if (in.annot() == annotation::request) transport_.bells().ring(dest);
 }
 
 std::unique_ptr<detail::stored> endpoint::store(detail::inbound& in) {
@@ -283,6 +285,7 @@ void endpoint::forward(detail::stored& s, int dest) {
   s.disposed = true;
   stats::add(stats::counter::msgs_forwarded);
   transport_.send_frame(dest, s.frame);
+  if (s.annot == annotation::request) transport_.bells().ring(dest);
 }
 
 }  // namespace messages

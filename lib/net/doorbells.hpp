@@ -22,6 +22,7 @@
 
 #include <mpi.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <vector>
@@ -64,6 +65,11 @@ class doorbells {
   }
 
   bool available() const noexcept { return mine_ != nullptr; }
+  // Every rank of the communicator is on this host and has a bell: a request from any of them
+  // wakes this rank's napping progress thread at once.
+  bool cover_every_rank() const noexcept {
+    return mine_ != nullptr && std::all_of(slots_.begin(), slots_.end(), [](const slot* s) { return s != nullptr; });
+  }
 
  private:
   struct alignas(64) slot {

@@ -7,6 +7,7 @@
 #include "os/topology.hpp"
 #include "stats/counters.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <ctime>
 #include <sched.h>
@@ -33,6 +34,7 @@ progress_config progress_config::from_env(progress_config d) {
   d.spin_explicit = detail::env_string("MDSM_PROGRESS_SPIN_US").has_value();
   d.spin_ns = detail::env_uint("MDSM_PROGRESS_SPIN_US", d.spin_ns / 1000) * 1000;
   d.sleep_min_ns = detail::env_uint("MDSM_PROGRESS_SLEEP_MIN_US", d.sleep_min_ns / 1000) * 1000;
+  d.sleep_max_explicit = detail::env_string("MDSM_PROGRESS_SLEEP_MAX_US").has_value();
   d.sleep_max_ns = detail::env_uint("MDSM_PROGRESS_SLEEP_MAX_US", d.sleep_max_ns / 1000) * 1000;
   d.park_max_ns = detail::env_uint("MDSM_PROGRESS_PARK_MAX_US", d.park_max_ns / 1000) * 1000;
   d.pin = detail::env_uint("MDSM_PROGRESS_PIN", d.pin ? 1 : 0) != 0;
@@ -40,6 +42,13 @@ progress_config progress_config::from_env(progress_config d) {
   if (d.sleep_max_ns < d.sleep_min_ns) d.sleep_max_ns = d.sleep_min_ns;
   if (d.park_max_ns < d.sleep_max_ns) d.park_max_ns = d.sleep_max_ns;
   return d;
+}
+
+progress_config progress_config::with_bells() const {
+  progress_config c = *this;
+  if (!c.sleep_max_explicit) c.sleep_max_ns = std::max(c.sleep_max_ns, k_sleep_max_with_bells_ns);
+  c.park_max_ns = std::max(c.park_max_ns, c.sleep_max_ns);
+  return c;
 }
 
 progress::progress(transport& t, progress_config cfg)

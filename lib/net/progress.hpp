@@ -48,12 +48,19 @@ struct progress_config {
   bool spin_explicit = false;      // MDSM_PROGRESS_SPIN_US was set
   std::uint64_t sleep_min_ns = 2'000;
   std::uint64_t sleep_max_ns = 200'000;
+  bool sleep_max_explicit = false;  // MDSM_PROGRESS_SLEEP_MAX_US was set
+  // The longest nap when every rank can ring this one's doorbell (net/doorbells.hpp), unless
+  // MDSM_PROGRESS_SLEEP_MAX_US says otherwise: a request then ends the nap at once, so the timed
+  // wake-ups only cost the application its core (with_bells()).
+  static constexpr std::uint64_t k_sleep_max_with_bells_ns = 2'000'000;
   std::uint64_t park_max_ns = 2'000'000;  // longest nap while an application thread waits
   bool pin = true;
   int local_rank = 0;
   int local_size = 1;
   // Reads the MDSM_PROGRESS_* variables over the defaults.
   static progress_config from_env(progress_config defaults);
+  // The configuration for a rank whose every peer can ring its doorbell (all on this host).
+  progress_config with_bells() const;
 };
 
 struct wait_hooks {

@@ -252,17 +252,7 @@ void engine::finish_home_validation(home_validation& job) {
     net::byte_reader in(bytes);
     if (in.get<std::uint32_t>() != 1 || in.get<std::uint32_t>() != f.unit)
       net::byte_reader::malformed("reply for another unit");
-    const auto count = in.get<std::uint32_t>();
-    for (std::uint32_t i = 0; i < count; ++i) {
-      fetch_unit::piece p;
-      p.creator = static_cast<std::uint32_t>(source);
-      p.first = in.get<std::uint32_t>();
-      p.last = in.get<std::uint32_t>();
-      if (p.first == 0 || p.last < p.first) net::byte_reader::malformed("piece with an empty interval range");
-      p.serial = in.get<std::uint32_t>();
-      p.bytes = in.get_bytes(in.get<std::uint32_t>());
-      f.pieces.push_back(std::move(p));
-    }
+    read_pieces(in, static_cast<std::uint32_t>(source), f);
     in.expect_done();
   }
   std::vector<fetch_unit> one;

@@ -206,6 +206,8 @@ class engine {
     };
     std::vector<piece> pieces;
   };
+  // Appends the pieces of one unit in a reply (protocol.hpp: `pieces`) from `creator` to f.
+  static void read_pieces(net::byte_reader& in, std::uint32_t creator, fetch_unit& f);
   // Adds the units after batch.front() that lack writes of the same ranks only, marked fetching.
   void gather_neighbours(std::vector<fetch_unit>& batch);
   // Asks every writer (and the home, for a copy) at once and waits; returns the replies the

@@ -251,19 +251,6 @@ auto engine::fetch(std::vector<fetch_unit>& batch, bool need_copy, std::uint32_t
     return std::all_of(boxes.begin(), boxes.end(),
                        [](const auto& b) { return b.second->ready.load(std::memory_order_acquire); });
   });
-  auto read_pieces = [&](net::byte_reader& in, std::uint32_t creator, fetch_unit& f) {
-    const auto count = in.get<std::uint32_t>();
-    for (std::uint32_t i = 0; i < count; ++i) {
-      fetch_unit::piece p;
-      p.creator = creator;
-      p.first = in.get<std::uint32_t>();
-      p.last = in.get<std::uint32_t>();
-      if (p.first == 0 || p.last < p.first) net::byte_reader::malformed("piece with an empty interval range");
-      p.serial = in.get<std::uint32_t>();
-      p.bytes = in.get_bytes(in.get<std::uint32_t>());
-      f.pieces.push_back(std::move(p));
-    }
-  };
   std::vector<box_ptr> replies;
   for (auto& [creator, box] : boxes) {
     net::byte_reader in(box->data);
@@ -290,6 +277,20 @@ auto engine::fetch(std::vector<fetch_unit>& batch, bool need_copy, std::uint32_t
     replies.push_back(box);
   }
   return replies;
+}
+
+void engine::read_pieces(net::byte_reader& in, std::uint32_t creator, fetch_unit& f) {
+  const auto count = in.get<std::uint32_t>();
+  for (std::uint32_t i = 0; i < count; ++i) {
+    fetch_unit::piece p;
+    p.creator = creator;
+    p.first = in.get<std::uint32_t>();
+    p.last = in.get<std::uint32_t>();
+    if (p.first == 0 || p.last < p.first) net::byte_reader::malformed("piece with an empty interval range");
+    p.serial = in.get<std::uint32_t>();
+    p.bytes = in.get_bytes(in.get<std::uint32_t>());
+    f.pieces.push_back(std::move(p));
+  }
 }
 
 void engine::install_locked(fetch_unit& f, page_entry& pe) {

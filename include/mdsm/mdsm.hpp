@@ -271,7 +271,8 @@ void set_gc_threshold(std::uint64_t bytes);
 //
 // Drop-in primitives built only from annotated messages (users can build their own the same
 // way). Lifetime: every object is created collectively — all ranks construct it, in the same
-// order relative to other mdsm objects — and destroyed collectively once unused. Each object
+// order relative to other mdsm objects — and destroyed collectively once unused (a wait of
+// another rank on an object being destroyed ends with MDSM_ERR_BUSY, docs/SYNC.md). Each object
 // has a manager rank (its id modulo the number of ranks, unless given). Blocking operations
 // drive progress while they wait; none may be called from a message handler.
 

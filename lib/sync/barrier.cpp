@@ -146,11 +146,18 @@ void barrier::arrive_and_wait() {
   const bool global = static_cast<int>(n) == sv.size();
   bool collect = false;
   if (s->manager == me) {
+    bool all_here = false;
     wait_until([&] {
       std::lock_guard lk(s->mu);
       auto it = s->arrived.find(epoch);
-      return (it == s->arrived.end() ? 0 : it->second.size()) + 1 == n;
+      all_here = (it == s->arrived.end() ? 0 : it->second.size()) + 1 == n;
+      return all_here || s->abandoned();
     });
+    if (!all_here) {
+      std::lock_guard lk(s->mu);
+      s->in_barrier = false;
+      s->fail_destroyed("barrier::arrive_and_wait");
+    }
     std::vector<stored_message> arrivals;
     std::uint64_t meta = my_metadata();
     bool mismatch;
@@ -179,10 +186,17 @@ void barrier::arrive_and_wait() {
   } else {
     const arrival a{epoch, static_cast<std::uint32_t>(n), 0, my_metadata()};
     send(s->manager, sv.h_barrier_arrive, payload_builder(id_, op_arrive).put(a).bytes(), annotation::release_nt);
+    bool departed = false;
     wait_until([&] {
       std::lock_guard lk(s->mu);
-      return static_cast<bool>(s->depart);
+      departed = static_cast<bool>(s->depart);
+      return departed || s->abandoned();
     });
+    if (!departed) {
+      std::lock_guard lk(s->mu);
+      s->in_barrier = false;
+      s->fail_destroyed("barrier::arrive_and_wait");
+    }
     stored_message d;
     {
       std::lock_guard lk(s->mu);

@@ -55,11 +55,20 @@ void notify_locked(condition_state& s, bool all) {
   }
 }
 
-void wait_phase(condition_state& s, int phase) {
+// False if another rank destroyed the condition variable and the phase never came (the
+// request is forgotten here).
+bool wait_phase(condition_state& s, int phase) {
+  bool reached = false;
   wait_until([&] {
     std::lock_guard lk(s.mu);
-    return s.phase >= phase;
+    reached = s.phase >= phase;
+    return reached || s.abandoned();
   });
+  if (!reached) {
+    std::lock_guard lk(s.mu);
+    s.phase = 0;
+  }
+  return reached;
 }
 
 void notify(std::uint32_t id, bool all) {
@@ -135,9 +144,12 @@ void condition_variable::wait(mutex& m) {
       send(s->manager, sv.h_cond_wait, payload_builder(id_, op_wait).bytes(), annotation::request);
     }
   }
-  wait_phase(*s, 2);
+  if (!wait_phase(*s, 2)) s->fail_destroyed("condition_variable::wait");
   m.unlock();
-  wait_phase(*s, 3);
+  if (!wait_phase(*s, 3)) {
+    m.lock();  // returns with the mutex held, as it would have (or fails if it is gone as well)
+    s->fail_destroyed("condition_variable::wait");
+  }
   {
     std::lock_guard lk(s->mu);
     s->phase = 0;

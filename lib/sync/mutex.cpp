@@ -124,12 +124,22 @@ void manager_request_locked(mutex_state& s, int requester, bool is_try, message*
   }
 }
 
-// Waits until the token arrives (waiting or trying set), then accepts it.
-void take_arrived(mutex_state& s) {
+// Waits until the token arrives (waiting or trying set), then accepts it. If another rank
+// destroyed the mutex meanwhile and nothing comes, resets this rank's request and fails.
+void take_arrived(mutex_state& s, const char* what) {
+  bool answered = false;
   wait_until([&] {
     std::lock_guard lk(s.mu);
-    return static_cast<bool>(s.arrived) || (s.trying && s.try_result == 2);
+    answered = static_cast<bool>(s.arrived) || (s.trying && s.try_result == 2);
+    return answered || s.abandoned();
   });
+  if (!answered) {
+    std::lock_guard lk(s.mu);
+    s.waiting = false;
+    s.trying = false;
+    s.local_owner.store(false, std::memory_order_release);
+    s.fail_destroyed(what);
+  }
   stored_message grant;
   {
     std::lock_guard lk(s.mu);
@@ -261,7 +271,7 @@ void mutex::lock() {
   else
     send(s->manager, sv.h_mutex_request, payload_builder(id_, op_acquire).bytes(), annotation::request);
   lk.unlock();
-  take_arrived(*s);
+  take_arrived(*s, "mutex::lock");
   lk.lock();
   s->waiting = false;
   s->token = true;
@@ -293,7 +303,7 @@ bool mutex::try_lock() {
   else
     send(s->manager, sv.h_mutex_request, payload_builder(id_, op_try).bytes(), annotation::request);
   lk.unlock();
-  take_arrived(*s);
+  take_arrived(*s, "mutex::try_lock");
   lk.lock();
   const bool got = s->try_result == 1;
   s->trying = false;

@@ -109,8 +109,15 @@ bool acquire_impl(std::uint32_t id, bool is_try) {
   }
   wait_until([&] {
     std::lock_guard lk(s->mu);
-    return s->result != 0;
+    return s->result != 0 || s->abandoned();
   });
+  {
+    std::lock_guard lk(s->mu);
+    if (s->result == 0) {
+      s->acquiring = false;
+      s->fail_destroyed(is_try ? "semaphore::try_acquire" : "semaphore::acquire");
+    }
+  }
   stored_message permit;
   bool ok;
   {

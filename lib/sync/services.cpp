@@ -65,6 +65,11 @@ services::services(MPI_Comm comm) {
   h_queue_reply = register_handler("mdsm.sync.queue.reply", on_queue_reply);
   h_queue_push = register_handler("mdsm.sync.queue.push", on_queue_push);
   h_queue_pop = register_handler("mdsm.sync.queue.pop", on_queue_pop);
+  // A NONE message {id}: the sender is destroying object id; waits on it here end with an error.
+  h_destroyed = register_handler("mdsm.sync.destroyed", [](message& m) {
+    payload_reader in(m.payload());
+    if (auto obj = current().find_if_present(in.get<header>().id)) obj->mark_destroyed(m.origin());
+  });
 }
 
 services::~services() {
@@ -140,6 +145,11 @@ void services::destroy(std::uint32_t id) noexcept {
         busy = o.str();
       }
     }
+    // A rank waiting on the object (a lock it asked for, a barrier it is in) would wait forever
+    // for this rank, and this rank for it below: tell every rank first, so such a wait ends with
+    // an error and its rank comes here too.
+    for (int r = 0; r < size_; ++r)
+      if (r != rank_) send(r, h_destroyed, payload_builder(id, 0).bytes(), annotation::none);
     // Nobody may send to it once every rank is here. (Recorded after the wait: a wait rethrows
     // recorded errors, and this one is for the application's next call.)
     int zero = 0, out = 0;
@@ -156,6 +166,18 @@ void services::destroy(std::uint32_t id) noexcept {
   } catch (const error& e) {
     std::fprintf(stderr, "%s\n", e.what());
   }
+}
+
+std::shared_ptr<object> services::find_if_present(std::uint32_t id) const {
+  std::lock_guard lk(table_mu_);
+  auto it = table_.find(id);
+  return it == table_.end() ? nullptr : it->second;
+}
+
+void object::fail_destroyed(const char* what) const {
+  detail::fail(MDSM_ERR_BUSY, what, ": ", kind_name(k), " #", id, " was destroyed by rank ",
+               destroyed_by.load(std::memory_order_acquire),
+               " while this rank waited on it; destroy coordination objects only when no rank uses them");
 }
 
 std::shared_ptr<object> services::find_any(std::uint32_t id, kind k) const {

@@ -18,6 +18,8 @@
 
 #include <mpi.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -40,10 +42,31 @@ struct object {
   // Stored messages the object still holds at destruction (called with `mu` held); they are
   // accepted, so no RELEASE is dropped.
   virtual void drain(std::vector<stored_message>& /*out*/) {}
+  // Another rank destroyed the object (it tells every rank before waiting for them). A wait of
+  // this rank on it may still complete for a moment (a barrier departure or a grant from a third
+  // rank may be in flight when the notice arrives); once it has not for k_destroyed_grace, it
+  // never will: the wait ends with MDSM_ERR_BUSY (fail_destroyed) instead of hanging every rank.
+  static constexpr std::int64_t k_destroyed_grace_ns = 1'000'000'000;
+  bool abandoned() const noexcept {
+    if (destroyed_by.load(std::memory_order_acquire) < 0) return false;
+    return now_ns() - destroyed_at_ns.load(std::memory_order_relaxed) > k_destroyed_grace_ns;
+  }
+  void mark_destroyed(int by) noexcept {  // handlers only (they run one at a time)
+    if (destroyed_by.load(std::memory_order_relaxed) >= 0) return;
+    destroyed_at_ns.store(now_ns(), std::memory_order_relaxed);
+    destroyed_by.store(by, std::memory_order_release);  // publishes destroyed_at_ns
+  }
+  [[noreturn]] void fail_destroyed(const char* what) const;
+  static std::int64_t now_ns() noexcept {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  }
   const std::uint32_t id;
   const kind k;
   const int manager;
   mutable std::mutex mu;
+  std::atomic<int> destroyed_by{-1};
+  std::atomic<std::int64_t> destroyed_at_ns{0};
 };
 
 // The fixed prefix of every sync message payload.
@@ -119,6 +142,8 @@ class services {
   // waits for every rank before forgetting it.
   void destroy(std::uint32_t id) noexcept;
 
+  // The object with this id, or null (no error) if there is none here.
+  std::shared_ptr<object> find_if_present(std::uint32_t id) const;
   template <class T>
   std::shared_ptr<T> find(std::uint32_t id, kind k) const {
     return std::static_pointer_cast<T>(find_any(id, k));
@@ -130,6 +155,7 @@ class services {
   handler_id h_cond_wait, h_cond_notify, h_cond_reply;
   handler_id h_barrier_arrive, h_barrier_depart;
   handler_id h_queue_push, h_queue_pop, h_queue_reply;
+  handler_id h_destroyed;
 
   int rank() const noexcept { return rank_; }
   int size() const noexcept { return size_; }

@@ -175,11 +175,15 @@ std::optional<std::vector<std::byte>> work_queue::pop() {
   }
   wait_until([&] {
     std::lock_guard lk(s->mu);
-    return s->result != 0;
+    return s->result != 0 || s->abandoned();
   });
   stored_message item;
   {
     std::lock_guard lk(s->mu);
+    if (s->result == 0) {
+      s->popping = false;
+      s->fail_destroyed("work_queue::pop");
+    }
     item = std::move(s->arrived);
     s->popping = false;
     s->result = 0;

@@ -11,7 +11,10 @@
 #include <cstdlib>
 #include <thread>
 #include <mutex>
+#include <memory>
 #include <numeric>
+#include <string>
+#include <utility>
 #include <vector>
 
 using namespace mdsm_test;
@@ -175,6 +178,74 @@ TEST_CASE("mutex: locking a mutex this thread holds is an error, not a deadlock"
     m.unlock();
   }
   b.arrive_and_wait();
+}
+
+namespace {
+// Runs f; the code of the mdsm::error it throws and its message ("" and MDSM_SUCCESS if none).
+template <class F>
+std::pair<mdsm_status, std::string> error_of(F&& f) {
+  try {
+    f();
+  } catch (const mdsm::error& e) {
+    return {e.code(), e.what()};
+  }
+  return {MDSM_SUCCESS, ""};
+}
+
+// Lets messages in flight arrive (rank 1's request, its barrier arrival) before going on.
+void settle(int ms) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+  while (std::chrono::steady_clock::now() < until) mdsm::poll();
+}
+}  // namespace
+
+TEST_CASE("destroying a mutex or barrier while another rank waits on it ends that wait with BUSY",
+          "[sync][np2+]") {
+  // Before, the waiter waited forever for a grant or departure, and every destroyer for the
+  // waiter in the destroy's collective: the job hung without a word (issue 19, item 4).
+  session s;
+  const int me = mdsm::rank();
+  {
+    auto m = std::make_unique<mdsm::mutex>(0);
+    if (me == 0) m->lock();
+    world_barrier();
+    if (me == 1) {
+      const auto [code, what] = error_of([&] { m->lock(); });  // rank 0 destroys it meanwhile
+      CHECK(code == MDSM_ERR_BUSY);
+      CHECK(what.find("mutex::lock: mutex #") != std::string::npos);
+      CHECK(what.find("was destroyed by rank") != std::string::npos);
+      CHECK_FALSE(m->held());
+    } else if (me == 0) {
+      settle(50);
+    }
+    m.reset();  // every rank; rank 0's while it holds it and rank 1 waits
+    if (me == 0) CHECK(error_of([] { mdsm::poll(); }).first == MDSM_ERR_BUSY);  // "destroyed while held"
+  }
+  world_barrier();
+  {
+    auto b = std::make_unique<mdsm::barrier>();
+    world_barrier();
+    if (me == 1) {
+      const auto [code, what] = error_of([&] { b->arrive_and_wait(); });  // alone in it
+      CHECK(code == MDSM_ERR_BUSY);
+      CHECK(what.find("was destroyed by rank") != std::string::npos);
+    } else {
+      settle(50);
+    }
+    b.reset();
+    (void)error_of([] { mdsm::poll(); });  // the barrier's manager may report the arrival it held
+  }
+  world_barrier();
+  // Destroyed with nobody waiting: no error anywhere, and the objects still work until then.
+  {
+    mdsm::mutex m;
+    mdsm::barrier b;
+    m.lock();
+    m.unlock();
+    b.arrive_and_wait();
+  }
+  CHECK(error_of([] { mdsm::poll(); }).first == MDSM_SUCCESS);
+  world_barrier();
 }
 
 TEST_CASE("mutex: message counts of uncontended remote acquires", "[sync][np3+]") {

@@ -4,6 +4,7 @@
 
 #include "common/check.hpp"
 #include "common/deferred.hpp"
+#include "common/env.hpp"
 
 #include <atomic>
 #include <cstdio>
@@ -50,6 +51,9 @@ services::services(MPI_Comm comm) {
   MPI_Comm_dup(comm, &comm_);
   MPI_Comm_rank(comm_, &rank_);
   MPI_Comm_size(comm_, &size_);
+  g_destroyed_grace_ns.store(
+      static_cast<std::int64_t>(detail::env_uint("MDSM_DESTROY_GRACE_MS", 10'000)) * 1'000'000,
+      std::memory_order_relaxed);
   // Replies first, then requests (a handler may run as soon as it is registered).
   h_mutex_token = register_handler("mdsm.sync.mutex.token", on_mutex_token);
   h_mutex_deny = register_handler("mdsm.sync.mutex.deny", on_mutex_deny);

@@ -33,6 +33,10 @@ namespace mdsm::sync {
 
 enum class kind : std::uint32_t { mutex = 1, semaphore, condition, barrier, queue };
 
+// How long a wait on an object another rank destroyed may still complete before it fails
+// (object::abandoned): MDSM_DESTROY_GRACE_MS, default 10 s, read when the services start.
+inline std::atomic<std::int64_t> g_destroyed_grace_ns{10'000'000'000};
+
 // State common to every object; each primitive derives its own.
 struct object {
   object(std::uint32_t id_, kind k_, int manager_) : id(id_), k(k_), manager(manager_) {}
@@ -43,13 +47,14 @@ struct object {
   // accepted, so no RELEASE is dropped.
   virtual void drain(std::vector<stored_message>& /*out*/) {}
   // Another rank destroyed the object (it tells every rank before waiting for them). A wait of
-  // this rank on it may still complete for a moment (a barrier departure or a grant from a third
-  // rank may be in flight when the notice arrives); once it has not for k_destroyed_grace, it
-  // never will: the wait ends with MDSM_ERR_BUSY (fail_destroyed) instead of hanging every rank.
-  static constexpr std::int64_t k_destroyed_grace_ns = 1'000'000'000;
+  // this rank on it may still complete for a while (a barrier departure or a grant from a third
+  // rank may be in flight when the notice arrives, on a loaded machine for long); once it has not
+  // for g_destroyed_grace_ns, it is taken as never completing: the wait ends with
+  // MDSM_ERR_BUSY (fail_destroyed) instead of hanging every rank.
   bool abandoned() const noexcept {
     if (destroyed_by.load(std::memory_order_acquire) < 0) return false;
-    return now_ns() - destroyed_at_ns.load(std::memory_order_relaxed) > k_destroyed_grace_ns;
+    return now_ns() - destroyed_at_ns.load(std::memory_order_relaxed) >
+           g_destroyed_grace_ns.load(std::memory_order_relaxed);
   }
   void mark_destroyed(int by) noexcept {  // handlers only (they run one at a time)
     if (destroyed_by.load(std::memory_order_relaxed) >= 0) return;

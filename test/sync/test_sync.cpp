@@ -203,7 +203,9 @@ TEST_CASE("destroying a mutex or barrier while another rank waits on it ends tha
           "[sync][np2+]") {
   // Before, the waiter waited forever for a grant or departure, and every destroyer for the
   // waiter in the destroy's collective: the job hung without a word (issue 19, item 4).
+  setenv("MDSM_DESTROY_GRACE_MS", "500", 1);  // the default, 10 s, would only make this slow
   session s;
+  unsetenv("MDSM_DESTROY_GRACE_MS");
   const int me = mdsm::rank();
   {
     auto m = std::make_unique<mdsm::mutex>(0);

@@ -213,14 +213,6 @@ void engine::gc_cut(std::uint32_t epoch, const vector_time& g) {
   maybe_ready();
 }
 
-void engine::raise_applied_through_locked(page_entry& pe, const vector_time& g) {
-  // Every write up to G is in the copy (or will be, in the copy fetched from the home): a write
-  // the copy does not hold is newer than its creator's newest notice known here, so newer than G.
-  if (pe.applied_through.empty()) pe.applied_through.assign(static_cast<std::size_t>(size_), 0);
-  for (std::size_t c = 0; c < pe.applied_through.size(); ++c)
-    if (c != static_cast<std::size_t>(rank_)) pe.applied_through[c] = std::max(pe.applied_through[c], g[c]);
-}
-
 void engine::start_home_validation(std::uint32_t u, std::vector<wanted> wants, const vector_time& g) {
   // One request per writer; the last reply installs the unit (handler context).
   auto job = std::make_shared<home_validation>();

@@ -144,12 +144,17 @@ class engine {
   std::vector<std::pair<int, std::vector<std::uint32_t>>> missing_locked(const acquire_state& a);
   // Applies a complete batch of records; `pushed` are diffs pushed along with them (by origin).
   void apply_batch_locked(std::vector<record_ptr> records, std::vector<std::pair<int, pushed_unit*>> pushed = {});
+  void finish_acquire_locked(acquire_state& a);
+
+  // push.cpp: diffs pushed along with RELEASEs
+  // `source` fetched unit u from us: push the unit's diffs along with our RELEASEs to it.
+  // `held`: the newest of our intervals whose writes to u it now holds.
+  void note_fetch_locked(std::uint32_t u, page_entry& pe, int source, std::uint32_t held);
   // Applies pushed diffs to unit u instead of invalidating it, when they hold everything it lacks.
   bool apply_pushed_locked(std::uint32_t u, page_entry& pe, int creator, const pushed_unit& p);
   // Appends to a RELEASE for `dest` the diffs of this rank's writes up to interval `through` to
   // the units `dest` keeps re-reading (each from where dest's copy is, as far as we know).
   void encode_pushed_locked(int dest, std::uint32_t through, net::byte_writer& out);
-  void finish_acquire_locked(acquire_state& a);
   void send_interval_request(int origin, const std::vector<std::uint32_t>& ranges, const acquire_ptr& a);
   void learn_locked(int origin, const vector_time& vt);
 
@@ -230,9 +235,6 @@ class engine {
   void send_protocol(int dest, std::uint32_t op, std::uint32_t token, std::span<const std::byte> payload);
   static void on_frame(void* ctx, const net::inbound_frame& f);
   void serve_diff_request(const net::inbound_frame& f, bool with_copy);
-  // `source` fetched unit u from us: push the unit's diffs along with our RELEASEs to it.
-  // `held`: the newest of our intervals whose writes to u it now holds.
-  void note_fetch_locked(std::uint32_t u, page_entry& pe, int source, std::uint32_t held);
   void serve_interval_request(const net::inbound_frame& f);
   void take_reply(const net::inbound_frame& f);
   // Appends the pieces of this rank's notices of unit u in intervals (after, through] (page
@@ -259,7 +261,6 @@ class engine {
   void on_gc_frame(const net::inbound_frame& f);
   void gc_cut(std::uint32_t epoch, const vector_time& g);
   void gc_free(std::uint32_t epoch, const vector_time& g);
-  void raise_applied_through_locked(page_entry& pe, const vector_time& g);
   void start_home_validation(std::uint32_t u, std::vector<wanted> wants, const vector_time& g);
   void finish_home_validation(home_validation& job);
   void maybe_ready();
@@ -267,6 +268,8 @@ class engine {
   void fetch_finished();
   void begin_blocking_gc();
   void end_blocking_gc() noexcept;
+  // gc.cpp, for both collections: the copy counts as holding every other rank's writes up to g.
+  void raise_applied_through_locked(page_entry& pe, const vector_time& g);
   // Frees every record, own notice and diff up to g and forgets the notice index up to g.
   void collect_through(const vector_time& g);
   // The rank that keeps an up-to-date copy of unit u after a collection and serves whole copies

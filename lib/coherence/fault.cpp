@@ -299,10 +299,9 @@ void engine::install_locked(fetch_unit& f, page_entry& pe) {
   if (pe.applied_through.empty()) pe.applied_through.assign(static_cast<std::size_t>(size_), 0);
   for (const auto& piece : f.pieces) {  // in happened-before order (order_pieces)
     // An earlier fetch (for an earlier interval it also covers) may have applied it.
-    auto seen = std::find_if(pe.applied.begin(), pe.applied.end(), [&](const auto& e) { return e.first == piece.creator; });
-    if (seen == pe.applied.end()) seen = pe.applied.insert(pe.applied.end(), {piece.creator, 0});
-    if (piece.serial <= seen->second) continue;
-    seen->second = piece.serial;
+    std::uint32_t& seen = pe.applied_serial(piece.creator);
+    if (piece.serial <= seen) continue;
+    seen = piece.serial;
     apply_diff(page, region_.unit(), piece.bytes);
     stats::add(stats::counter::diffs_applied);
     stats::add(stats::counter::diff_bytes_applied, piece.bytes.size());

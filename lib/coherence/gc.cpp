@@ -85,9 +85,7 @@ void engine::gc() {
     protection_batch batch = protections();
     for (std::uint32_t u : to_drop) {
       batch.visit(u, [&](page_entry& pe) -> unit_protection {
-        if (pe.applied_through.empty()) pe.applied_through.assign(static_cast<std::size_t>(size_), 0);
-        for (std::size_t c = 0; c < pe.applied_through.size(); ++c)
-          pe.applied_through[c] = std::max(pe.applied_through[c], g[c]);
+        raise_applied_through_locked(pe, g);
         if (pe.fetching || (pe.state != page_state::invalid && pe.state != page_state::valid)) return {pe.prot};
         set_state_locked(u, pe, page_state::no_copy);
         return {os::prot::none, true};
@@ -103,6 +101,14 @@ void engine::gc() {
   // 4. Free everything up to G.
   collect_through(g);
   rearm_background_trigger();
+}
+
+void engine::raise_applied_through_locked(page_entry& pe, const vector_time& g) {
+  // Every write up to G is in the copy (or will be, in the copy fetched from the home): a write
+  // the copy does not hold is newer than its creator's newest notice known here, so newer than G.
+  if (pe.applied_through.empty()) pe.applied_through.assign(static_cast<std::size_t>(size_), 0);
+  for (std::size_t c = 0; c < pe.applied_through.size(); ++c)
+    if (c != static_cast<std::size_t>(rank_)) pe.applied_through[c] = std::max(pe.applied_through[c], g[c]);
 }
 
 void engine::collect_through(const vector_time& g) {

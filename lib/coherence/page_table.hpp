@@ -94,6 +94,16 @@ struct page_entry {
   std::uint32_t applied_through_of(std::uint32_t creator) const {
     return creator < applied_through.size() ? applied_through[creator] : 0;
   }
+  // The serial of creator's newest diff applied to the copy (0: none), to read or to raise.
+  std::uint32_t applied_serial_of(std::uint32_t creator) const {
+    auto it = std::find_if(applied.begin(), applied.end(), [&](const auto& e) { return e.first == creator; });
+    return it == applied.end() ? 0 : it->second;
+  }
+  std::uint32_t& applied_serial(std::uint32_t creator) {
+    auto it = std::find_if(applied.begin(), applied.end(), [&](const auto& e) { return e.first == creator; });
+    if (it == applied.end()) it = applied.insert(applied.end(), {creator, 0});
+    return it->second;
+  }
   // Indices [begin, end) in `own` of the notices overlapping intervals (after, through].
   std::pair<std::size_t, std::size_t> own_overlapping(std::uint32_t after, std::uint32_t through,
                                                       std::uint32_t newest_closed) const {

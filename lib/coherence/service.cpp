@@ -100,21 +100,6 @@ std::uint32_t engine::encode_pieces_locked(std::uint32_t u, page_entry& pe, std:
   return held;
 }
 
-void engine::note_fetch_locked(std::uint32_t u, page_entry& pe, int source, std::uint32_t held) {
-  // A unit a rank fetches again and again (a boundary row, a counter under a lock) is pushed
-  // along with our next RELEASEs to it; the budget doubles with every fetch after it ran out
-  // (4, 8, ..., 255), so a unit read in every round is fetched rarely, and one read twice costs
-  // at most a few unused pushes.
-  if (pe.push.empty()) pe.push.resize(static_cast<std::size_t>(size_));
-  auto& st = pe.push[static_cast<std::size_t>(source)];
-  st.through = std::max(st.through, held);
-  if (st.fetches < 255) ++st.fetches;
-  if (st.fetches < 2) return;
-  st.budget = static_cast<std::uint8_t>(std::min(255u, 4u << std::min(st.fetches - 2u, 6u)));
-  std::lock_guard lk(push_mutex_);
-  push_sets_[static_cast<std::size_t>(source)].insert(u);
-}
-
 void engine::serve_diff_request(const net::inbound_frame& f, bool with_copy) {
   net::byte_reader in(f.payload());
   // A copy request names one unit; a diff request a batch of them.

@@ -4,7 +4,9 @@
 
 #include "common/rows.hpp"
 
+#include <cstddef>
 #include <cstdint>
+#include <vector>
 
 namespace mdsm_apps {
 
@@ -30,6 +32,17 @@ inline void relax(std::int32_t* row_i, const std::int32_t* row_k, long k, long n
     const std::int32_t v = dik + row_k[j];
     if (v < row_i[j]) row_i[j] = v;
   }
+}
+
+// The distance matrix (n x n, row-major) the sequential algorithm computes: what every version
+// is verified against.
+inline std::vector<std::int32_t> sequential_apsp(std::uint64_t seed, long n) {
+  std::vector<std::int32_t> d(static_cast<std::size_t>(n) * static_cast<std::size_t>(n));
+  for (long i = 0; i < n; ++i)
+    for (long j = 0; j < n; ++j) d[static_cast<std::size_t>(i * n + j)] = edge_weight(seed, i, j);
+  for (long k = 0; k < n; ++k)
+    for (long i = 0; i < n; ++i) relax(d.data() + i * n, d.data() + k * n, k, n);
+  return d;
 }
 
 }  // namespace mdsm_apps

@@ -52,28 +52,17 @@ int main(int argc, char** argv) {
     if (root == me)
       for (int r = 0; r < ranks; ++r)
         if (r != me) section.count_send(r, static_cast<std::uint64_t>(n) * sizeof(std::int32_t));
-    for (long i = mine.begin; i < mine.end; ++i)
-      relax(row(i), row_k.data(), k, n);
+    for (long i = mine.begin; i < mine.end; ++i) relax(row(i), row_k.data(), k, n);
   }
   section.end();
 
-  std::vector<int> counts(static_cast<std::size_t>(ranks)), displs(static_cast<std::size_t>(ranks));
-  for (int r = 0; r < ranks; ++r) {
-    const row_block rb = block_of(n, ranks, r);
-    counts[static_cast<std::size_t>(r)] = static_cast<int>(rb.size() * n);
-    displs[static_cast<std::size_t>(r)] = static_cast<int>(rb.begin * n);
-  }
+  const row_blocks blocks(n, ranks, n);
   std::vector<std::int32_t> all(me == 0 ? nn : 0);
-  MPI_Gatherv(d.data(), static_cast<int>(d.size()), MPI_INT32_T, all.data(), counts.data(), displs.data(),
-              MPI_INT32_T, 0, MPI_COMM_WORLD);
+  MPI_Gatherv(d.data(), static_cast<int>(d.size()), MPI_INT32_T, all.data(), blocks.counts.data(),
+              blocks.displs.data(), MPI_INT32_T, 0, MPI_COMM_WORLD);
   bool ok = true;
   if (me == 0) {
-    std::vector<std::int32_t> want(nn);
-    for (long i = 0; i < n; ++i)
-      for (long j = 0; j < n; ++j) want[static_cast<std::size_t>(i * n + j)] = edge_weight(opt.seed, i, j);
-    for (long k = 0; k < n; ++k)
-      for (long i = 0; i < n; ++i)
-        relax(want.data() + i * n, want.data() + k * n, k, n);
+    const std::vector<std::int32_t> want = sequential_apsp(opt.seed, n);
     ok = compare("apsp distances", all.data(), want.data(), nn);
   }
   const int rc = section.report("apsp", opt.version, ok);

@@ -16,14 +16,30 @@
 #pragma once
 
 #include "report.hpp"
+#include "rows.hpp"
 
 #include <mpi.h>
 
 #include <cstdint>
 #include <span>
 #include <string_view>
+#include <vector>
 
 namespace mdsm_apps {
+
+// Every rank's block of an n-row matrix with `row_elems` elements per row (block_of), as the
+// counts and displacements, in elements, of MPI's v-collectives (MPI_Gatherv, MPI_Allgatherv).
+struct row_blocks {
+  std::vector<int> counts, displs;
+  row_blocks(long n, int ranks, long row_elems)
+      : counts(static_cast<std::size_t>(ranks)), displs(static_cast<std::size_t>(ranks)) {
+    for (int r = 0; r < ranks; ++r) {
+      const row_block rb = block_of(n, ranks, r);
+      counts[static_cast<std::size_t>(r)] = static_cast<int>(rb.size() * row_elems);
+      displs[static_cast<std::size_t>(r)] = static_cast<int>(rb.begin * row_elems);
+    }
+  }
+};
 
 // One rank's measured section. Threads: the application thread only.
 class mpi_section {

@@ -34,15 +34,11 @@ int main(int argc, char** argv) {
   const row_block mine = block_of(n, ranks, me);
   const std::size_t nn = static_cast<std::size_t>(n) * static_cast<std::size_t>(n);
 
-  // Every rank's block of rows, in elements (counts and displacements for the v-collectives).
-  std::vector<int> counts(static_cast<std::size_t>(ranks)), displs(static_cast<std::size_t>(ranks));
+  const row_blocks blocks(n, ranks, n);
   std::vector<std::uint64_t> block_bytes(static_cast<std::size_t>(ranks));
-  for (int r = 0; r < ranks; ++r) {
-    const row_block rb = block_of(n, ranks, r);
-    counts[static_cast<std::size_t>(r)] = static_cast<int>(rb.size() * n);
-    displs[static_cast<std::size_t>(r)] = static_cast<int>(rb.begin * n);
-    block_bytes[static_cast<std::size_t>(r)] = static_cast<std::uint64_t>(rb.size() * n) * sizeof(double);
-  }
+  for (int r = 0; r < ranks; ++r)
+    block_bytes[static_cast<std::size_t>(r)] =
+        static_cast<std::uint64_t>(blocks.counts[static_cast<std::size_t>(r)]) * sizeof(double);
 
   std::vector<double> a(static_cast<std::size_t>(mine.size() * n)), b(nn), c(a.size());
   for (long i = mine.begin; i < mine.end; ++i)
@@ -54,16 +50,16 @@ int main(int argc, char** argv) {
   mpi_section section;
   section.begin();
   section.communicate([&] {
-    MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, b.data(), counts.data(), displs.data(), MPI_DOUBLE,
-                   MPI_COMM_WORLD);
+    MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, b.data(), blocks.counts.data(), blocks.displs.data(),
+                   MPI_DOUBLE, MPI_COMM_WORLD);
   });
   section.count_allgather(block_bytes);
   multiply_rows(a.data(), b.data(), n, mine.size(), c.data());
   section.end();
 
   std::vector<double> all_c(me == 0 ? nn : 0);
-  MPI_Gatherv(c.data(), static_cast<int>(c.size()), MPI_DOUBLE, all_c.data(), counts.data(), displs.data(),
-              MPI_DOUBLE, 0, MPI_COMM_WORLD);
+  MPI_Gatherv(c.data(), static_cast<int>(c.size()), MPI_DOUBLE, all_c.data(), blocks.counts.data(),
+              blocks.displs.data(), MPI_DOUBLE, 0, MPI_COMM_WORLD);
   bool ok = true;
   if (me == 0) {
     std::vector<double> want(nn), ra(nn), rb(nn);

@@ -74,15 +74,10 @@ int main(int argc, char** argv) {
   section.end();
 
   const std::size_t nn = static_cast<std::size_t>(n) * static_cast<std::size_t>(n);
-  std::vector<int> counts(static_cast<std::size_t>(ranks)), displs(static_cast<std::size_t>(ranks));
-  for (int r = 0; r < ranks; ++r) {
-    const row_block rb = block_of(n, ranks, r);
-    counts[static_cast<std::size_t>(r)] = static_cast<int>(rb.size() * n);
-    displs[static_cast<std::size_t>(r)] = static_cast<int>(rb.begin * n);
-  }
+  const row_blocks blocks(n, ranks, n);
   std::vector<double> all(me == 0 ? nn : 0);
-  MPI_Gatherv(row(mine.begin), static_cast<int>(mine.size() * n), MPI_DOUBLE, all.data(), counts.data(),
-              displs.data(), MPI_DOUBLE, 0, MPI_COMM_WORLD);
+  MPI_Gatherv(row(mine.begin), static_cast<int>(mine.size() * n), MPI_DOUBLE, all.data(), blocks.counts.data(),
+              blocks.displs.data(), MPI_DOUBLE, 0, MPI_COMM_WORLD);
   bool ok = true;
   if (me == 0) {
     std::vector<double> want(nn);

@@ -95,6 +95,7 @@ const std::vector<unit_run>& engine::hot_set::current_runs() {
 bool engine::close_interval_locked() {
   const bool any_hot = hot_count_.load(std::memory_order_acquire) != 0;
   if (!any_dirty_.load(std::memory_order_acquire) && !any_hot) return false;
+  const std::uint32_t index = vt_[static_cast<std::size_t>(rank_)] + 1;
   std::vector<std::uint32_t> units;
   std::vector<unit_run> hot_runs;
   {
@@ -102,11 +103,16 @@ bool engine::close_interval_locked() {
     units.swap(dirty_);
     any_dirty_.store(false, std::memory_order_relaxed);
     if (any_hot) hot_runs = hot_.current_runs();
+    // The hot units taken here are announced in `index`: publish it as closed in the same hold
+    // of dirty_mutex_, so that a thread ending a unit's hot range (end_hot_locked, which reads
+    // last_closed_ under this lock) either removes the unit before this close takes it, or sees
+    // `index` and ends the range there -- never ends it one interval short of a record that
+    // announces the unit. (This close then always creates the record: hot_runs is not empty.)
+    if (!hot_runs.empty()) last_closed_.store(index, std::memory_order_release);
   }
   if (units.empty() && hot_runs.empty()) return false;
   std::sort(units.begin(), units.end());
   units.erase(std::unique(units.begin(), units.end()), units.end());
-  const std::uint32_t index = vt_[static_cast<std::size_t>(rank_)] + 1;
   std::vector<unit_run> written;  // units written in this interval that were not hot before it
   std::vector<std::uint32_t> joined;
   {
@@ -154,7 +160,9 @@ bool engine::close_interval_locked() {
   std::vector<unit_run> runs = hot_runs.empty() ? std::move(written) : merge_runs(written, hot_runs);
   if (runs.empty()) return false;
   vt_[static_cast<std::size_t>(rank_)] = index;
-  last_closed_.store(index, std::memory_order_relaxed);
+  // Release: a thread that loads `index` (acquire) and then reads a unit's contents sees every
+  // write of this interval (snapshot_diff_locked relies on it for units that stay writable).
+  last_closed_.store(index, std::memory_order_release);
   std::vector<std::pair<std::uint32_t, std::uint32_t>> due;  // (unit, check interval)
   {
     std::lock_guard lk(dirty_mutex_);

@@ -106,8 +106,10 @@ void engine::end_hot_locked(std::uint32_t u, page_entry& pe) {
   pe.hot = false;
   if (pe.own.empty() || !pe.own.back().open()) return;  // became hot in the open interval: not in hot_ yet
   own_notice& range = pe.own.back();
-  const std::uint32_t closed = last_closed_.load(std::memory_order_relaxed);
+  // Under dirty_mutex_: a close running on another thread has either not taken the hot set yet
+  // (it will not announce u) or has published its index as closed (close_interval_locked).
   std::lock_guard lk(dirty_mutex_);
+  const std::uint32_t closed = last_closed_.load(std::memory_order_acquire);
   hot_.remove(u);
   hot_count_.fetch_sub(1, std::memory_order_relaxed);
   if (range.first <= closed) {
@@ -175,6 +177,14 @@ void engine::make_diff_locked(std::uint32_t u, page_entry& pe) {
 void engine::snapshot_diff_locked(std::uint32_t u, page_entry& pe) {
   MDSM_ASSERT(pe.twin != nullptr, "a snapshot diff needs a twin");
   std::byte* twin = pe.twin.get();
+  // The newest close is read BEFORE the page: a unit that stays writable may be written (and an
+  // interval closed) by an application thread while the diff is made. Every write of an interval
+  // up to `closed` is then in the diff (the acquire pairs with the close's release); writes of
+  // later intervals may be in it too, and the range split below starts at closed + 1 so that
+  // readers of those intervals still fetch what is not. Reading it after the diff could end the
+  // range at an interval whose writes the diff missed: readers acting on that interval's notice
+  // would never fetch them.
+  const std::uint32_t closed = last_closed_.load(std::memory_order_acquire);
   diff_ptr d = make_piece(make_diff(region_.lib_unit(u), twin, region_.unit()), next_diff_serial_);
   // The twin takes in exactly the words the diff carries (not the page again: a word written
   // since the compare must stay different from the twin, to be in the next diff).
@@ -182,7 +192,6 @@ void engine::snapshot_diff_locked(std::uint32_t u, page_entry& pe) {
     apply_diff(twin, region_.unit(), d->bytes);
     add_metadata(static_cast<std::int64_t>(d->footprint()));
   }
-  const std::uint32_t closed = last_closed_.load(std::memory_order_relaxed);
   const bool split = !pe.own.empty() && pe.own.back().open() && pe.own.back().first <= closed;
   if (split) {
     // The open range ends at the newest close with this diff; a new one starts after it. Writes

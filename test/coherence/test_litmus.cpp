@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 
@@ -1106,6 +1107,56 @@ TEST_CASE("litmus 38: write notices as runs over partly overlapping ranges of un
       CAPTURE(p);
       CHECK(at(p) == expect[p]);
     }
+  }
+  world_barrier();
+}
+
+TEST_CASE("litmus 39: hot pages written and released while their diffs are being served", "[mpi][litmus][np2+]") {
+  // Rank 0 writes the first words of 16 pages (one 64-page coherence unit) in every round, so the
+  // unit is hot (writable across closes), releases round r to rank 1 and waits until rank 1 has
+  // accepted it; then, after a delay that sweeps 0-126 us over the rounds, it writes and closes
+  // round r + 1 while its progress thread makes the snapshot diff rank 1 now asks for. Rank 1
+  // accepts one round at a time and reads: after round r every word must be at least r.
+  // The interval a snapshot's range ends at must be the newest close taken BEFORE the page is
+  // read: one taken after it (round r + 1 written behind the diff's scan, then closed) ends the
+  // range at r + 1 with a diff that misses those words, and rank 1, acting on r + 1, never
+  // fetches them. A race: before the fix this run failed 2 times in 10 (4000 rounds).
+  // Pushed diffs are off so that rank 1 fetches; a long unit and a short progress nap widen the
+  // window.
+  scoped_env no_push("MDSM_PUSH_DIFFS", "0");
+  scoped_env big_unit("MDSM_COHERENT_UNIT_PAGES", "64");
+  scoped_env prompt("MDSM_PROGRESS_SLEEP_MAX_US", "50");
+  session s;
+  mailbox box("litmus.box", false);
+  constexpr int pages = 16, rounds = 4000, words = 8;
+  int* a = mdsm::alloc_collective_array<int>(pages * k_words_per_page);
+  auto word = [&](int p, int w) -> int& { return a[p * k_words_per_page + w]; };
+  const int me = mdsm::rank();
+  world_barrier();
+  if (me == 0) {
+    for (int r = 1; r <= rounds; ++r) {
+      // Rank 1 fetches now: sweep the moment of the next write and close across its serving.
+      const auto until = std::chrono::steady_clock::now() + std::chrono::nanoseconds(2000 * (r % 64));
+      while (std::chrono::steady_clock::now() < until) {
+      }
+      for (int p = 0; p < pages; ++p)
+        for (int w = 0; w < words; ++w) word(p, w) = r;
+      box.send(1, annotation::release, r);
+      box.wait(r, 1);  // rank 1 accepted round r and is about to fetch while this writes r + 1
+    }
+  } else if (me == 1) {
+    int stale = 0;
+    for (int r = 1; r <= rounds; ++r) {
+      box.wait(r, 0);
+      box.accept_one();
+      box.send(0, annotation::none);
+      for (int p = 0; p < pages; ++p)
+        for (int w = 0; w < words; ++w)
+          if (word(p, w) < r) ++stale;
+    }
+    CHECK(stale == 0);
+    for (int p = 0; p < pages; ++p)
+      for (int w = 0; w < words; ++w) CHECK(word(p, w) == rounds);
   }
   world_barrier();
 }

@@ -37,6 +37,17 @@ class mailbox {
     mdsm::wait_until([&] { return from < 0 ? total_.load() >= n : counts_[static_cast<std::size_t>(from)]->load() >= n; });
   }
 
+  // Accepts the oldest stored message (accept_in_handler == false); there must be one.
+  void accept_one() {
+    mdsm::stored_message m;
+    {
+      std::lock_guard lk(mu_);
+      m = std::move(kept_.front());
+      kept_.erase(kept_.begin());
+    }
+    m.accept();
+  }
+
   // Accepts every stored message from the application thread (accept_in_handler == false).
   void accept_stored() {
     std::vector<mdsm::stored_message> todo;

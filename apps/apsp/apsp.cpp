@@ -56,7 +56,8 @@ int main(int argc, char** argv) {
   if (opt.version == "barrier") {
     for (long k = 0; k < n; ++k) {
       const std::int32_t* row_k = d + k * n;
-      for (long i = mine.begin; i < mine.end; ++i) relax(d + i * n, row_k, k, n);
+      for (long i = mine.begin; i < mine.end; ++i)
+        if (i != k) relax(d + i * n, row_k, k, n);
       bar.arrive_and_wait();
     }
   } else {
@@ -66,11 +67,11 @@ int main(int argc, char** argv) {
       const std::int32_t* row_k = d + k * n;
       const long next = k + 1;
       if (next < n && mine.contains(next)) {
-        relax(d + next * n, row_k, k, n);
+        relax(d + next * n, row_k, k, n);  // next != k
         row_ready.signal(others, next);
       }
       for (long i = mine.begin; i < mine.end; ++i)
-        if (i != next) relax(d + i * n, row_k, k, n);
+        if (i != next && i != k) relax(d + i * n, row_k, k, n);
     }
     if (me != 0) done.signal(0, n);
     else done.wait(n, others);

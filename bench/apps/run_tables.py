@@ -39,7 +39,7 @@ APPS = {
     "quicksort": ("apps/quicksort/quicksort", ["lock", "hybrid1", "hybrid2"], ["--size=2097152"]),
     "water": ("apps/water/water", ["lock", "hybrid", "mpi"], ["--size=2744", "--steps=40"]),
     "matmul": ("apps/matmul/matmul", ["barrier", "hybrid", "mpi"], ["--size=2048"]),
-    "apsp": ("apps/apsp/apsp", ["barrier", "hybrid", "mpi"], ["--size=1280"]),
+    "apsp": ("apps/apsp/apsp", ["barrier", "hybrid", "mpi"], ["--size=1536"]),
     "sor": ("apps/sor/sor", ["barrier", "hybrid", "mpi"], ["--size=2048", "--steps=250"]),
 }
 MPI_VERSION = "mpi"

@@ -5,6 +5,8 @@
 #include "coherence/engine.hpp"
 
 #include "coherence/protocol.hpp"
+#include "net/doorbells.hpp"
+#include "stats/clock.hpp"
 #include "stats/counters.hpp"
 
 #include <algorithm>
@@ -229,6 +231,11 @@ void engine::gather_neighbours(std::vector<fetch_unit>& batch) {
   }
 }
 
+namespace {
+// A reply normally takes 10-60 us (a round trip plus making the diffs of up to 16 units).
+constexpr double k_nudge_after_ns = 50'000;
+}  // namespace
+
 auto engine::fetch(std::vector<fetch_unit>& batch, bool need_copy, std::uint32_t home_after, bool& copy_busy)
     -> std::vector<box_ptr> {
   copy_busy = false;
@@ -255,10 +262,24 @@ auto engine::fetch(std::vector<fetch_unit>& batch, bool need_copy, std::uint32_t
     send_protocol(static_cast<int>(creator), copy ? op_copy_request : op_diff_request, token, out.bytes());
     boxes.emplace_back(creator, std::move(box));
   }
-  // All writers are asked at once; wait for every reply.
+  // All writers are asked at once; wait for every reply. A writer that has not answered within
+  // k_nudge_after_ns may have left a wait just before our request came and compute now, its
+  // progress thread parked: nudge it (net/doorbells.hpp).
+  static const std::uint64_t nudge_after = static_cast<std::uint64_t>(k_nudge_after_ns / stats::ns_per_tick());
+  const std::uint64_t asked_at = stats::ticks();
+  bool nudged = false;
   progress_.wait_until([&] {
-    return std::all_of(boxes.begin(), boxes.end(),
-                       [](const auto& b) { return b.second->ready.load(std::memory_order_acquire); });
+    const bool all = std::all_of(boxes.begin(), boxes.end(),
+                                 [](const auto& b) { return b.second->ready.load(std::memory_order_acquire); });
+    if (!all && !nudged && stats::ticks() - asked_at >= nudge_after) {
+      nudged = true;
+      for (const auto& [creator, box] : boxes)
+        if (!box->ready.load(std::memory_order_acquire)) {
+          transport_.bells().nudge(static_cast<int>(creator));
+          stats::add(stats::counter::nudges);
+        }
+    }
+    return all;
   });
   std::vector<box_ptr> replies;
   for (auto& [creator, box] : boxes) {

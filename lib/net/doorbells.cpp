@@ -61,6 +61,17 @@ void doorbells::sleep(std::uint64_t ns) noexcept {
 
 void doorbells::wait(std::uint32_t seen, std::uint64_t ns) noexcept { os::futex_wait(mine_->bell, seen, ns); }
 
+bool doorbells::wait_own(std::uint32_t seen, std::uint64_t ns) noexcept {
+  if (ns == k_forever) os::futex_wait_forever(own_word(), seen);
+  else os::futex_wait(own_word(), seen, ns);
+  return own_word().load(std::memory_order_seq_cst) != seen;
+}
+
+void doorbells::wake_own() noexcept {
+  own_word().fetch_add(1, std::memory_order_seq_cst);
+  os::futex_wake(own_word());
+}
+
 void doorbells::ring_slow(slot& s) noexcept {
   s.bell.fetch_add(1, std::memory_order_seq_cst);
   os::futex_wake(s.bell);

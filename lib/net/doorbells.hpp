@@ -64,6 +64,26 @@ class doorbells {
     return delivered;
   }
 
+  // Rings `rank`'s bell even if its progress thread does not nap but is parked (it sleeps on its
+  // own bell word then, net/progress.cpp), for a request that has waited long for its answer: a
+  // rank that left a wait and computes has its thread parked for up to park_max, with the
+  // request undelivered (apsp: 0.3-0.5 ms, one request in six). Not for every request: waking a
+  // parked thread whose application is about to poll by itself costs both ranks (a contended
+  // lock's hand-offs were 10x slower when every request reached parked threads).
+  void nudge(int rank) noexcept {
+    slot* s = slots_[static_cast<std::size_t>(rank)];
+    if (s != nullptr) ring_slow(*s);
+  }
+
+  // The parked progress thread sleeps on this rank's own bell word (on a private word when there
+  // is no bell), so one futex serves rings, nudges, its own wake-ups and its naps.
+  std::uint32_t own_count() const noexcept { return own_word().load(std::memory_order_seq_cst); }
+  // Sleeps while the own word still equals `seen`, at most `ns` (k_forever: no limit). Returns
+  // true if the word changed (rung or woken), false on a timeout (or a spurious return).
+  static constexpr std::uint64_t k_forever = ~std::uint64_t{0};
+  bool wait_own(std::uint32_t seen, std::uint64_t ns) noexcept;
+  void wake_own() noexcept;
+
   bool available() const noexcept { return mine_ != nullptr; }
   // Every rank of the communicator is on this host and has a bell: a request from any of them
   // wakes this rank's napping progress thread at once.
@@ -76,6 +96,7 @@ class doorbells {
     std::atomic<std::uint32_t> bell{0};    // the futex word: incremented by each ring
     std::atomic<std::uint32_t> asleep{0};  // the owner's progress thread naps on `bell`
   };
+  std::atomic<std::uint32_t>& own_word() const noexcept { return mine_ != nullptr ? mine_->bell : private_bell_; }
   static void sleep(std::uint64_t ns) noexcept;
   void wait(std::uint32_t seen, std::uint64_t ns) noexcept;
   static void ring_slow(slot& s) noexcept;
@@ -84,6 +105,7 @@ class doorbells {
   MPI_Win win_ = MPI_WIN_NULL;
   std::vector<slot*> slots_;  // by rank of `comm`; nullptr: not on this host
   slot* mine_ = nullptr;
+  mutable std::atomic<std::uint32_t> private_bell_{0};  // own_word() without a bell
 };
 
 }  // namespace mdsm::net

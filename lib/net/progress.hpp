@@ -19,7 +19,9 @@
 // application thread still waiting (a communication phase: nothing for it to do). A wait that
 // lasted `sleep_max` or longer wakes it on the way out (one futex call, small against such a
 // wait), so it resumes at once after a barrier or lock wait; after a short wait it resumes
-// within its current nap. It never wakes at all while paused (set_paused).
+// within its current nap, or when a peer that has waited a while for its reply nudges it
+// (doorbells::nudge: the parked thread sleeps on its doorbell word). It never wakes at all while
+// paused (set_paused).
 //
 // Knobs (environment overrides the init options): MDSM_PROGRESS_THREAD (1/0),
 // MDSM_PROGRESS_SPIN_US, MDSM_PROGRESS_SLEEP_MIN_US, MDSM_PROGRESS_SLEEP_MAX_US,
@@ -34,9 +36,7 @@
 #include "stats/clock.hpp"
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
-#include <mutex>
 #include <string>
 #include <thread>
 
@@ -54,6 +54,7 @@ struct progress_config {
   // wake-ups only cost the application its core (with_bells()).
   static constexpr std::uint64_t k_sleep_max_with_bells_ns = 2'000'000;
   std::uint64_t park_max_ns = 2'000'000;  // longest nap while an application thread waits
+  bool bells_everywhere = false;  // every peer rings for its requests (with_bells())
   bool pin = true;
   int local_rank = 0;
   int local_size = 1;
@@ -180,12 +181,11 @@ class progress {
   // acquire/release ordering makes everything one holder's handlers did visible to the next.
   std::atomic<bool> locked_{false};
   std::atomic<int> app_waiters_{0};
+  std::atomic<std::uint64_t> waits_entered_{0};  // waits ever begun: has the application been in mdsm?
   std::atomic<bool> stop_{false};
   std::atomic<bool> paused_{false};
-  std::atomic<bool> parked_{false};  // the thread sleeps in park(); set and cleared under park_mutex_
+  std::atomic<bool> parked_{false};  // the thread is in park(): it sleeps on its doorbell word
   std::uint64_t long_wait_ticks_;    // sleep_max in ticks
-  std::mutex park_mutex_;
-  std::condition_variable park_cv_;
   std::thread thread_;
   std::string pinning_ = "no progress thread";
   wait_hooks hooks_;

@@ -16,6 +16,10 @@ void futex_wait(std::atomic<std::uint32_t>& word, std::uint32_t expected, std::u
   syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAIT, expected, &ts, nullptr, 0);
 }
 
+void futex_wait_forever(std::atomic<std::uint32_t>& word, std::uint32_t expected) noexcept {
+  syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAIT, expected, nullptr, nullptr, 0);
+}
+
 void futex_wake(std::atomic<std::uint32_t>& word) noexcept {
   syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAKE, 1, nullptr, nullptr, 0);
 }

@@ -9,6 +9,8 @@ namespace mdsm::os {
 // Sleeps while *word == expected, at most `ns` nanoseconds (or until woken). Spurious returns
 // are possible; the caller re-checks its condition.
 void futex_wait(std::atomic<std::uint32_t>& word, std::uint32_t expected, std::uint64_t ns) noexcept;
+// Sleeps while *word == expected, until woken (or spuriously).
+void futex_wait_forever(std::atomic<std::uint32_t>& word, std::uint32_t expected) noexcept;
 // Wakes one thread (of any process) sleeping on `word`.
 void futex_wake(std::atomic<std::uint32_t>& word) noexcept;
 

@@ -53,6 +53,7 @@ namespace mdsm::stats {
   X(gc_ns, time, "time in garbage collection, its waits included (ns)")                         \
   X(waits, count, "waits on remote events")                                                      \
   X(doorbells_rung, count, "sleeping progress threads of this host woken for a request")        \
+  X(nudges, count, "parked progress threads nudged for a request unanswered for 50 us")          \
   X(intervals_created, count, "intervals closed by this rank")                                   \
   X(intervals_received, count, "interval records learned from other ranks")                      \
   X(interval_fetches, count, "fetches of missing interval records")                              \

@@ -210,15 +210,18 @@ class engine {
       std::uint64_t sum = 0;             // apply order (engine::order_pieces)
     };
     std::vector<piece> pieces;
+    std::uint32_t home_after = 0;  // need_copy: the home's writes the copy already holds
   };
   // Appends the pieces of one unit in a reply (protocol.hpp: `pieces`) from `creator` to f.
   static void read_pieces(net::byte_reader& in, std::uint32_t creator, fetch_unit& f);
-  // Adds the units after batch.front() that lack writes of the same ranks only, marked fetching.
-  void gather_neighbours(std::vector<fetch_unit>& batch);
-  // Asks every writer (and the home, for a copy) at once and waits; returns the replies the
-  // batch's pieces point into, or nothing if the home has the unit unallocated.
-  std::vector<box_ptr> fetch(std::vector<fetch_unit>& batch, bool need_copy, std::uint32_t home_after,
-                             bool& copy_busy);
+  // Adds the units after batch.front() that are likely read next and can be fetched in the same
+  // messages, marked fetching: with need_copy, units without a copy that have the same home;
+  // otherwise invalid units that lack writes of the same ranks only.
+  void gather_neighbours(std::vector<fetch_unit>& batch, bool need_copy);
+  // Asks every writer (and the home, for copies) at once and waits; returns the replies the
+  // batch's pieces point into, or nothing if the home has batch.front() unallocated (or busy).
+  // With need_copy, a neighbour whose copy the home could not send has an empty `copy`.
+  std::vector<box_ptr> fetch(std::vector<fetch_unit>& batch, bool need_copy, bool& copy_busy);
   void order_pieces(std::vector<fetch_unit>& batch);
   // Installs a fetched unit: the copy, then the pieces (page lock held).
   void install_locked(fetch_unit& f, page_entry& pe);

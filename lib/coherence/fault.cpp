@@ -208,17 +208,30 @@ void engine::snapshot_diff_locked(std::uint32_t u, page_entry& pe) {
   }
 }
 
-void engine::gather_neighbours(std::vector<fetch_unit>& batch) {
-  // A unit of a run that is out of date with writes of the same ranks (a row, a block) is likely
-  // read next: ask for it in the same messages instead of faulting and asking again (one round
-  // trip per writer for the run, not one per unit).
+void engine::gather_neighbours(std::vector<fetch_unit>& batch, bool need_copy) {
+  // A unit of a run that is out of date with writes of the same ranks (a row, a block), or that
+  // has no copy yet and the same home (a block of another rank's matrix read for the first time),
+  // is likely read next: ask for it in the same messages instead of faulting and asking again
+  // (one round trip per writer for the run, not one per unit).
   constexpr std::uint32_t k_batch_units = 16;
   const std::vector<wanted> first = batch.front().wants;  // a copy: batch grows below
   const std::uint32_t u = batch.front().unit;
+  const int home = home_of(u);
   for (std::uint32_t v = u + 1; v < region_.units() && v - u < k_batch_units; ++v) {
     if (pages_.find(v) == nullptr) break;
+    if (need_copy && home_of(v) != home) break;
     std::lock_guard lk(pages_.lock_of(v));
     page_entry& pe = pages_.at(v);
+    if (need_copy) {
+      // A copy dropped by a background collection still under way is left to its own fault
+      // (validate waits for the collection); one with a twin has writes of ours to save first.
+      if (pe.state != page_state::no_copy || pe.fetching || pe.dropped_in != 0 || pe.twin) break;
+      pe.fetching = true;
+      fetch_unit f{v, wanted_locked(v, pe), {}, {}};
+      f.home_after = pe.applied_through_of(static_cast<std::uint32_t>(home));
+      batch.push_back(std::move(f));
+      continue;
+    }
     if (pe.state != page_state::invalid || pe.fetching) break;
     std::vector<wanted> wants = wanted_locked(v, pe);
     const bool same_writers = !wants.empty() && std::all_of(wants.begin(), wants.end(), [&](const wanted& w) {
@@ -236,19 +249,28 @@ namespace {
 constexpr double k_nudge_after_ns = 50'000;
 }  // namespace
 
-auto engine::fetch(std::vector<fetch_unit>& batch, bool need_copy, std::uint32_t home_after, bool& copy_busy)
-    -> std::vector<box_ptr> {
+auto engine::fetch(std::vector<fetch_unit>& batch, bool need_copy, bool& copy_busy) -> std::vector<box_ptr> {
   copy_busy = false;
-  // One request per writer for every unit of the batch that lacks its writes; a unit without a
-  // copy (a batch of one) asks its home for the copy as well.
+  // One request per writer for every unit of the batch that lacks its writes; units without a
+  // copy (all of the batch, or none) ask their home for the copies as well, in one request
+  // that also names the home's writes each lacks.
   const auto home = static_cast<std::uint32_t>(home_of(batch.front().unit));
   std::map<std::uint32_t, std::vector<std::uint32_t>> by_creator;  // creator -> (unit, after, through)...
   for (const fetch_unit& f : batch)
     for (const wanted& w : f.wants) {
+      if (need_copy && w.creator == home) continue;  // in the copy request below
       auto& req = by_creator[w.creator];
       req.insert(req.end(), {f.unit, w.after, w.through});
     }
-  if (need_copy && !by_creator.count(home)) by_creator[home] = {batch.front().unit, home_after, home_after};
+  if (need_copy) {
+    auto& req = by_creator[home];
+    for (const fetch_unit& f : batch) {
+      std::uint32_t after = f.home_after, through = f.home_after;
+      for (const wanted& w : f.wants)
+        if (w.creator == home) after = w.after, through = w.through;
+      req.insert(req.end(), {f.unit, after, through});
+    }
+  }
   std::vector<std::pair<std::uint32_t, box_ptr>> boxes;
   for (auto& [creator, req] : by_creator) {
     MDSM_ASSERT(static_cast<int>(creator) != rank_, "fetching from oneself");
@@ -257,7 +279,7 @@ auto engine::fetch(std::vector<fetch_unit>& batch, bool need_copy, std::uint32_t
     const bool copy = need_copy && creator == home;
     stats::add(copy ? stats::counter::page_requests : stats::counter::diff_requests);
     net::byte_writer out;
-    if (!copy) out.put(static_cast<std::uint32_t>(req.size() / 3));
+    out.put(static_cast<std::uint32_t>(req.size() / 3));
     out.put_array<std::uint32_t>(req);
     send_protocol(static_cast<int>(creator), copy ? op_copy_request : op_diff_request, token, out.bytes());
     boxes.emplace_back(creator, std::move(box));
@@ -285,14 +307,21 @@ auto engine::fetch(std::vector<fetch_unit>& batch, bool need_copy, std::uint32_t
   for (auto& [creator, box] : boxes) {
     net::byte_reader in(box->data);
     if (need_copy && creator == home) {
-      fetch_unit& f = batch.front();
-      if (in.get<std::uint32_t>() != f.unit) net::byte_reader::malformed("reply for another unit");
-      const auto status = in.get<std::uint8_t>();
-      if (status == k_copy_busy) copy_busy = true;
-      if (status != k_copy_follows) return {};  // not allocated at the home, or busy
-
-      f.copy = in.get_bytes(region_.unit());
-      read_pieces(in, creator, f);
+      const auto m = in.get<std::uint32_t>();
+      if (m == 0 || m > batch.size()) net::byte_reader::malformed("copy reply with a bad unit count");
+      for (std::uint32_t k = 0; k < m; ++k) {
+        fetch_unit& f = batch[k];
+        if (in.get<std::uint32_t>() != f.unit) net::byte_reader::malformed("reply for another unit");
+        const auto status = in.get<std::uint8_t>();
+        if (status != k_copy_follows) {
+          if (k + 1 != m) net::byte_reader::malformed("copy reply goes on after a unit without a copy");
+          if (k > 0) break;  // a neighbour: it stays without a copy, its own fault asks again
+          copy_busy = status == k_copy_busy;
+          return {};  // not allocated at the home, or busy
+        }
+        f.copy = in.get_bytes(region_.unit());
+        read_pieces(in, creator, f);
+      }
     } else {
       const auto n = in.get<std::uint32_t>();
       if (n != by_creator[creator].size() / 3) net::byte_reader::malformed("reply for another set of units");
@@ -415,10 +444,9 @@ bool engine::validate(std::uint32_t u, access how) {
     pe.fetching = true;
     // Save this rank's own modifications before others' are applied on top of them.
     if (pe.twin) make_diff_locked(u, pe);
-    const int home = home_of(u);
-    const std::uint32_t home_after = pe.applied_through_of(static_cast<std::uint32_t>(home));
+    batch.front().home_after = pe.applied_through_of(static_cast<std::uint32_t>(home_of(u)));
     lk.unlock();
-    if (!need_copy) gather_neighbours(batch);
+    gather_neighbours(batch, need_copy);
 
     auto done_fetching = [&](std::uint32_t v) {
       std::lock_guard g(pages_.lock_of(v));
@@ -429,20 +457,22 @@ bool engine::validate(std::uint32_t u, access how) {
     std::vector<box_ptr> replies;
     bool copy_busy = false;
     try {
-      replies = fetch(batch, need_copy, home_after, copy_busy);
+      replies = fetch(batch, need_copy, copy_busy);
       order_pieces(batch);
     } catch (...) {
       for (const fetch_unit& f : batch) done_fetching(f.unit);
       fetch_finished();
       throw;
     }
-    // The neighbours: installed and readable (their fetch is done whatever happens to u).
+    // The neighbours: installed and readable (their fetch is done whatever happens to u), except
+    // those without a copy whose copy did not come: they stay as they were.
     for (std::size_t k = 1; k < batch.size(); ++k) {
       fetch_unit& f = batch[k];
       std::lock_guard g(pages_.lock_of(f.unit));
       page_entry& e = pages_.at(f.unit);
       e.fetching = false;
       ++e.fetch_generation;
+      if (replies.empty() || (need_copy && f.copy.empty())) continue;
       install_locked(f, e);
       if (settle_locked(f.unit, e)) set_prot_locked(f.unit, e, os::prot::read);
     }

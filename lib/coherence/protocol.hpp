@@ -5,11 +5,15 @@
 //                                   writes to it in its intervals (after, through]; n >= 1, the
 //                                   faulting unit first, then neighbours fetched in the same round)
 //   op_diff_reply         u32 n, (u32 unit, pieces)[n]             (in request order)
-//   op_copy_request       u32 unit, u32 after, u32 through   (to the unit's home; the range may
-//                                                             be empty: after >= through)
-//   op_copy_reply         u32 unit, u8 status, [unit bytes, pieces if status == 1]   (status: 0 not
-//                                   allocated at the home, 1 the copy follows, 2 busy: the home is
-//                                   bringing its copy up to date, ask again)
+//   op_copy_request       u32 n, (u32 unit, u32 after, u32 through)[n]   (to the units' home, for
+//                                   its copies and its writes in (after, through], a range that
+//                                   may be empty: after >= through; the faulting unit first, then
+//                                   neighbours without a copy that have the same home)
+//   op_copy_reply         u32 m, (u32 unit, u8 status, [unit bytes, pieces if status == 1])[m]
+//                                   (in request order, m <= n: it ends at the first unit whose
+//                                   status is not 1. Status: 0 not allocated at the home, 1 the
+//                                   copy follows, 2 busy: the home is bringing its copy up to
+//                                   date, ask again)
 //   op_interval_request   u32 n, (u32 creator, u32 after, u32 through)[n]
 //   op_interval_reply     u32 n, interval_record[n]
 //   op_gc_*               u32 epoch [, vector time]: see below and background_gc.cpp

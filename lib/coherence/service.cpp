@@ -102,8 +102,8 @@ std::uint32_t engine::encode_pieces_locked(std::uint32_t u, page_entry& pe, std:
 
 void engine::serve_diff_request(const net::inbound_frame& f, bool with_copy) {
   net::byte_reader in(f.payload());
-  // A copy request names one unit; a diff request a batch of them.
-  const std::uint32_t n = with_copy ? 1 : in.get<std::uint32_t>();
+  // Both name a batch of units, the faulting one first.
+  const std::uint32_t n = in.get<std::uint32_t>();
   if (n == 0 || n > in.remaining() / 12) net::byte_reader::malformed("diff request with a bad unit count");
   std::vector<std::uint32_t> req;
   in.get_array(std::size_t{n} * 3, req);
@@ -115,16 +115,19 @@ void engine::serve_diff_request(const net::inbound_frame& f, bool with_copy) {
   }
   thread_local net::byte_writer out;  // kept: a reply of many units is large, growing it each time costs
   out.clear();
-  if (!with_copy) out.put(n);
+  const std::size_t count_at = out.reserve_slot<std::uint32_t>();
+  std::uint32_t answered = 0;
   for (std::uint32_t k = 0; k < n; ++k) {
     const std::uint32_t u = req[3 * k], after = req[3 * k + 1], through = req[3 * k + 2];
     out.put(u);
+    ++answered;
     std::lock_guard lk(pages_.lock_of(u));
     page_entry& pe = pages_.at(u);
     if (with_copy) {
       // Only the home is asked for copies, and the home never drops its copy. While it brings the
       // copy up to date (a background collection's validation, a fault of its own) the copy may
       // lack writes the requester counts on finding in it: the requester asks again shortly.
+      // The reply ends at the first unit without a copy to send (its status is the last entry).
       const bool allocated = pe.state != page_state::unallocated && pe.state != page_state::no_copy;
       out.put(static_cast<std::uint8_t>(!allocated ? k_copy_unallocated : pe.fetching ? k_copy_busy : k_copy_follows));
       if (!allocated || pe.fetching) break;
@@ -140,6 +143,7 @@ void engine::serve_diff_request(const net::inbound_frame& f, bool with_copy) {
       st.through = std::max(st.through, std::max(through, held));
     }
   }
+  out.fill_slot(count_at, answered);
   send_protocol(f.source, with_copy ? op_copy_reply : op_diff_reply, f.header.token, out.bytes());
 }
 

@@ -11,11 +11,21 @@
 //             once, the N^2/2 scheme), accumulating forces and potential energy privately, then
 //             performs one update per molecule it touched;
 //   correct   owners finish the velocities and compute the kinetic energy.
-//   lock    the force updates go into coherent memory under one mdsm::mutex per molecule.
-//   hybrid  a force update is a NONE message carrying the accumulated vector to the molecule's
-//           owner, whose handler adds it into a PRIVATE buffer (handlers run one at a time); the
-//           owner knows how many updates it will get, waits for all of them, then writes the final
-//           forces of its molecules into coherent memory itself.
+//   lock    the force updates go into coherent memory under locks: one mdsm::mutex per group of
+//           k_molecules_per_lock consecutive molecules (~ a page of them), as SPLASH Water maps
+//           molecules onto a fixed array of locks. Each rank walks the groups starting at its
+//           own block, so two ranks rarely want the same lock at the same moment.
+//   hybrid  the force updates for one owner's molecules go in one NONE message to that owner
+//           (an array of (molecule, vector) entries), whose handler adds them into a PRIVATE
+//           buffer (handlers run one at a time); the owner knows how many updates it will get,
+//           waits for all of them, then writes the final forces of its molecules into coherent
+//           memory itself.
+//
+// (Until 2026-11-27 the lock version took one lock per molecule and every rank walked them from
+// molecule 0, and the hybrid version sent one message per molecule. With every molecule updated
+// by every rank in every step, that is a remote lock hand-off per molecule, rank and step: 110K
+// per rank at the harness size, more than the whole computation costs; SPLASH's lock array and
+// an MPI programmer's one message per destination are the usual forms. docs/APPS.md.)
 // Verification (rank 0, after the measured section): a sequential run of the same model; the
 // kinetic and potential energies of every step and the final positions must agree to a relative
 // 1e-9 (the parallel runs sum forces in another order).
@@ -28,8 +38,10 @@
 #include <atomic>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <vector>
 
 namespace {
@@ -51,6 +63,8 @@ struct force_update {
   double f[3];
 };
 
+constexpr int k_molecules_per_lock = 64;  // 5 KiB of molecules
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -71,9 +85,10 @@ int main(int argc, char** argv) {
   // Coherent state: the molecules and one energy slot per (step, rank).
   auto* mols = mdsm::alloc_collective_array<molecule>(static_cast<std::size_t>(n));
   auto* slots = mdsm::alloc_collective_array<energies>(static_cast<std::size_t>(steps) * np);
+  const int groups = (n + k_molecules_per_lock - 1) / k_molecules_per_lock;
   std::vector<std::unique_ptr<mdsm::mutex>> locks;
   if (!hybrid)
-    for (int i = 0; i < n; ++i) locks.push_back(std::make_unique<mdsm::mutex>());
+    for (int g = 0; g < groups; ++g) locks.push_back(std::make_unique<mdsm::mutex>());
   mdsm::barrier bar;
 
   // hybrid: the owner's private accumulation buffer, written by the handler only.
@@ -84,11 +99,20 @@ int main(int argc, char** argv) {
   long expected = 0;
   if (hybrid) {
     h_force = mdsm::register_handler("water.force", [&](mdsm::message& m) {
-      const auto u = m.as<force_update>();
-      if (u.molecule < lo || u.molecule >= hi) misrouted.store(true);  // counted, fails verification
-      else
-        for (int d = 0; d < 3; ++d) acc[3 * static_cast<std::size_t>(u.molecule) + d] += u.f[d];
-      received.fetch_add(1, std::memory_order_release);
+      const auto bytes = m.payload();
+      if (bytes.size() % sizeof(force_update) != 0) {
+        misrouted.store(true);
+        return;
+      }
+      const std::size_t count = bytes.size() / sizeof(force_update);
+      for (std::size_t k = 0; k < count; ++k) {
+        force_update u;
+        std::memcpy(&u, bytes.data() + k * sizeof u, sizeof u);
+        if (u.molecule < lo || u.molecule >= hi) misrouted.store(true);  // counted, fails verification
+        else
+          for (int d = 0; d < 3; ++d) acc[3 * static_cast<std::size_t>(u.molecule) + d] += u.f[d];
+      }
+      received.fetch_add(static_cast<long>(count), std::memory_order_release);
     });
     for (int r = 0; r < np; ++r) {
       if (r == me) continue;
@@ -108,6 +132,7 @@ int main(int argc, char** argv) {
   const double start = mdsm_apps::begin_measurement();
   std::vector<double> f(3 * static_cast<std::size_t>(n));
   std::vector<molecule> local(static_cast<std::size_t>(n));
+  std::vector<force_update> outgoing;
   for (int s = 0; s < steps; ++s) {
     // predict (and, for lock, clear the forces the updates accumulate into)
     for (int i = lo; i < hi; ++i) {
@@ -122,16 +147,26 @@ int main(int argc, char** argv) {
     std::fill(f.begin(), f.end(), 0.0);
     const double pe = md.partial_forces(local.data(), lo, hi, f.data());
     if (!hybrid) {
-      for (int j = 0; j < n; ++j) {
-        if (!mine_touched[j] && (j < lo || j >= hi)) continue;
-        std::lock_guard lk(*locks[j]);
-        for (int d = 0; d < 3; ++d) mols[j].force[d] += f[3 * j + d];
+      const int first_group = lo / k_molecules_per_lock;
+      for (int k = 0; k < groups; ++k) {
+        const int g = (first_group + k) % groups;
+        const int begin = g * k_molecules_per_lock, end = std::min(n, begin + k_molecules_per_lock);
+        bool any = false;
+        for (int j = begin; j < end && !any; ++j) any = mine_touched[j] || (j >= lo && j < hi);
+        if (!any) continue;
+        std::lock_guard lk(*locks[static_cast<std::size_t>(g)]);
+        for (int j = begin; j < end; ++j)
+          if (mine_touched[j] || (j >= lo && j < hi))
+            for (int d = 0; d < 3; ++d) mols[j].force[d] += f[3 * j + d];
       }
     } else {
-      for (int j = 0; j < n; ++j) {
-        if (!mine_touched[j]) continue;
-        const force_update u{j, 0, {f[3 * j], f[3 * j + 1], f[3 * j + 2]}};
-        mdsm::send_value(owner_of(j, n, np), h_force, u, mdsm::annotation::none);
+      for (int r = 1; r < np; ++r) {  // one message per other rank, starting with the next one
+        const int dest = (me + r) % np;
+        outgoing.clear();
+        for (int j = first_of(dest, n, np); j < first_of(dest + 1, n, np); ++j)
+          if (mine_touched[j]) outgoing.push_back(force_update{j, 0, {f[3 * j], f[3 * j + 1], f[3 * j + 2]}});
+        if (!outgoing.empty())
+          mdsm::send(dest, h_force, std::as_bytes(std::span(outgoing)), mdsm::annotation::none);
       }
       // Every update for this step has arrived once the count does; the handler is then done with
       // `acc` until the next step's updates, which are sent only after the next barrier.

@@ -315,6 +315,10 @@ class engine {
   const bool push_diffs_;                        // region_config::push_diffs
   const bool background_gc_;                     // region_config::background_gc
   std::atomic<std::uint32_t> last_closed_{0};  // index of this rank's newest closed interval
+  // gather_neighbours' readahead: the unit after the last batch, and that batch's window (a
+  // heuristic shared by the application threads: relaxed, races only change a window).
+  std::atomic<std::uint32_t> batch_next_{~0u};
+  std::atomic<std::uint32_t> batch_window_{16};
   // The hot set: units announced in every interval without a visit (dirty_mutex_). A bit per
   // unit, the runs they form (rebuilt at a close after a change), and when each is checked.
   struct hot_set {

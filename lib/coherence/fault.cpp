@@ -213,11 +213,26 @@ void engine::gather_neighbours(std::vector<fetch_unit>& batch, bool need_copy) {
   // has no copy yet and the same home (a block of another rank's matrix read for the first time),
   // is likely read next: ask for it in the same messages instead of faulting and asking again
   // (one round trip per writer for the run, not one per unit).
-  constexpr std::uint32_t k_batch_units = 16;
-  const std::vector<wanted> first = batch.front().wants;  // a copy: batch grows below
+  //
+  // How far to look: as an operating system reads a file ahead. A fault on the unit right after
+  // the previous batch means the program walks a run (matmul reading another rank's rows of B):
+  // the window doubles, up to k_batch_max; any other fault starts again at k_batch_min (apsp's
+  // row k, whose neighbours are rewritten before they are read, keeps the small window).
+  constexpr std::uint32_t k_batch_min = 16, k_batch_max = 128;
   const std::uint32_t u = batch.front().unit;
+  const std::uint32_t window =
+      u == batch_next_.load(std::memory_order_relaxed)
+          ? std::min(2 * batch_window_.load(std::memory_order_relaxed), k_batch_max)
+          : k_batch_min;
+  batch_window_.store(window, std::memory_order_relaxed);
+  struct remember_end {  // whatever way the loop ends
+    engine& e;
+    const std::vector<fetch_unit>& b;
+    ~remember_end() { e.batch_next_.store(b.front().unit + static_cast<std::uint32_t>(b.size()), std::memory_order_relaxed); }
+  } remember{*this, batch};
+  const std::vector<wanted> first = batch.front().wants;  // a copy: batch grows below
   const int home = home_of(u);
-  for (std::uint32_t v = u + 1; v < region_.units() && v - u < k_batch_units; ++v) {
+  for (std::uint32_t v = u + 1; v < region_.units() && v - u < window; ++v) {
     if (pages_.find(v) == nullptr) break;
     if (need_copy && home_of(v) != home) break;
     std::lock_guard lk(pages_.lock_of(v));
@@ -245,7 +260,8 @@ void engine::gather_neighbours(std::vector<fetch_unit>& batch, bool need_copy) {
 }
 
 namespace {
-// A reply normally takes 10-60 us (a round trip plus making the diffs of up to 16 units).
+// A reply normally takes 10-60 us (a round trip plus making the diffs of up to 16 units; a
+// readahead batch of up to 128 takes longer, and a nudge then only costs a spurious wake-up).
 constexpr double k_nudge_after_ns = 50'000;
 }  // namespace
 

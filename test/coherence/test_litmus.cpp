@@ -1175,3 +1175,36 @@ TEST_CASE("litmus 39: hot pages written and released while their diffs are being
   }
   world_barrier();
 }
+
+TEST_CASE("litmus 40: a rank walking another rank's pages reads ahead in growing batches", "[mpi][litmus][np2+]") {
+  // Rank 0 writes 112 pages of its own arena (rank 1 has no copy) and 112 pages of a collective
+  // array (rank 1's copies become invalid), and releases. Rank 1 reads both in ascending order:
+  // each fault right after the previous batch doubles the batch, 16 + 32 + 64 = 112 pages in 3
+  // requests each (without readahead: 7). A fault elsewhere starts again at 16.
+  session s;
+  constexpr int pages = 112;
+  int* shared = mdsm::alloc_collective_array<int>(pages * k_words_per_page);
+  std::atomic<long> got{0};
+  auto h = mdsm::register_handler("litmus.pointer", [&](mdsm::message& m) {
+    got = m.as<long>();
+    m.accept();
+  });
+  world_barrier();
+  if (mdsm::rank() == 0) {
+    auto* own = mdsm::alloc_array<int>(pages * k_words_per_page);
+    for (int p = 0; p < pages; ++p) {
+      own[p * k_words_per_page + 5] = p + 1;
+      shared[p * k_words_per_page + 5] = 2 * p + 1;
+    }
+    mdsm::send_value(1, h, reinterpret_cast<long>(own), annotation::release);
+  } else if (mdsm::rank() == 1) {
+    mdsm::wait_until([&] { return got.load() != 0; });
+    const auto* own = reinterpret_cast<const int*>(got.load());
+    const auto copies = stat("page_requests"), diffs = stat("diff_requests");
+    for (int p = 0; p < pages; ++p) REQUIRE(own[p * k_words_per_page + 5] == p + 1);
+    CHECK(stat("page_requests") - copies == 3);
+    for (int p = 0; p < pages; ++p) REQUIRE(shared[p * k_words_per_page + 5] == 2 * p + 1);
+    CHECK(stat("diff_requests") - diffs == 3);
+  }
+  world_barrier();
+}

@@ -481,16 +481,20 @@ bool engine::validate(std::uint32_t u, access how) {
       throw;
     }
     // The neighbours: installed and readable (their fetch is done whatever happens to u), except
-    // those without a copy whose copy did not come: they stay as they were.
-    for (std::size_t k = 1; k < batch.size(); ++k) {
-      fetch_unit& f = batch[k];
-      std::lock_guard g(pages_.lock_of(f.unit));
-      page_entry& e = pages_.at(f.unit);
-      e.fetching = false;
-      ++e.fetch_generation;
-      if (replies.empty() || (need_copy && f.copy.empty())) continue;
-      install_locked(f, e);
-      if (settle_locked(f.unit, e)) set_prot_locked(f.unit, e, os::prot::read);
+    // those without a copy whose copy did not come: they stay as they were. They are contiguous:
+    // one mprotect opens them all (apsp's barrier version made 16 per fetch, 17K per rank).
+    {
+      protection_batch opened = protections();
+      for (std::size_t k = 1; k < batch.size(); ++k) {
+        fetch_unit& f = batch[k];
+        opened.visit(f.unit, [&](page_entry& e) -> unit_protection {
+          e.fetching = false;
+          ++e.fetch_generation;
+          if (replies.empty() || (need_copy && f.copy.empty())) return {e.prot};
+          install_locked(f, e);
+          return {settle_locked(f.unit, e) ? os::prot::read : e.prot};
+        });
+      }
     }
 
     lk.lock();

@@ -1180,7 +1180,8 @@ TEST_CASE("litmus 40: a rank walking another rank's pages reads ahead in growing
   // Rank 0 writes 112 pages of its own arena (rank 1 has no copy) and 112 pages of a collective
   // array (rank 1's copies become invalid), and releases. Rank 1 reads both in ascending order:
   // each fault right after the previous batch doubles the batch, 16 + 32 + 64 = 112 pages in 3
-  // requests each (without readahead: 7). A fault elsewhere starts again at 16.
+  // requests each (without readahead: 7), and the neighbours of a batch are opened with one
+  // mprotect. A fault elsewhere starts again at 16.
   session s;
   constexpr int pages = 112;
   int* shared = mdsm::alloc_collective_array<int>(pages * k_words_per_page);
@@ -1203,8 +1204,11 @@ TEST_CASE("litmus 40: a rank walking another rank's pages reads ahead in growing
     const auto copies = stat("page_requests"), diffs = stat("diff_requests");
     for (int p = 0; p < pages; ++p) REQUIRE(own[p * k_words_per_page + 5] == p + 1);
     CHECK(stat("page_requests") - copies == 3);
+    const auto protects = stat("protect_calls");
     for (int p = 0; p < pages; ++p) REQUIRE(shared[p * k_words_per_page + 5] == 2 * p + 1);
     CHECK(stat("diff_requests") - diffs == 3);
+    // Per batch one mprotect opens the faulting unit and one the neighbours it brought along.
+    CHECK(stat("protect_calls") - protects == 6);
   }
   world_barrier();
 }

@@ -24,16 +24,11 @@ using namespace mdsm_apps;
 
 int main(int argc, char** argv) {
   const args opt = parse_args(argc, argv, "mpi");
-  if (opt.version != "mpi") {
-    std::fprintf(stderr, "apsp_mpi: unknown version '%s' (mpi)\n", opt.version.c_str());
-    return 2;
-  }
+  if (!only_mpi_version(opt, "apsp_mpi")) return 2;
   const long n = opt.size > 0 ? opt.size : (opt.quick ? 64 : 512);
 
-  MPI_Init(&argc, &argv);
-  int me = 0, ranks = 1;
-  MPI_Comm_rank(MPI_COMM_WORLD, &me);
-  MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+  const mpi_world world(&argc, &argv);
+  const int me = world.me, ranks = world.ranks;
   const row_block mine = block_of(n, ranks, me);
   const std::size_t nn = static_cast<std::size_t>(n) * static_cast<std::size_t>(n);
 

@@ -21,11 +21,30 @@
 #include <mpi.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <span>
 #include <string_view>
 #include <vector>
 
 namespace mdsm_apps {
+
+// The start every plain-MPI version shares. `opt.version` must be "mpi", the only version such a
+// program has: otherwise prints why (as `program`) and returns false, before MPI is started.
+inline bool only_mpi_version(const args& opt, const char* program) {
+  if (opt.version == "mpi") return true;
+  std::fprintf(stderr, "%s: unknown version '%s' (mpi)\n", program, opt.version.c_str());
+  return false;
+}
+
+// MPI_Init, and this process's place in MPI_COMM_WORLD.
+struct mpi_world {
+  int me = 0, ranks = 1;
+  mpi_world(int* argc, char*** argv) {
+    MPI_Init(argc, argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &me);
+    MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+  }
+};
 
 // Every rank's block of an n-row matrix with `row_elems` elements per row (block_of), as the
 // counts and displacements, in elements, of MPI's v-collectives (MPI_Gatherv, MPI_Allgatherv).

@@ -24,18 +24,13 @@ using namespace mdsm_apps;
 
 int main(int argc, char** argv) {
   const args opt = parse_args(argc, argv, "mpi");
-  if (opt.version != "mpi") {
-    std::fprintf(stderr, "sor_mpi: unknown version '%s' (mpi)\n", opt.version.c_str());
-    return 2;
-  }
+  if (!only_mpi_version(opt, "sor_mpi")) return 2;
   const long n = opt.size > 0 ? opt.size : (opt.quick ? 64 : 1024);
   const long iterations = opt.steps > 0 ? opt.steps : (opt.quick ? 4 : 20);
   const long half_sweeps = 2 * iterations;
 
-  MPI_Init(&argc, &argv);
-  int me = 0, ranks = 1;
-  MPI_Comm_rank(MPI_COMM_WORLD, &me);
-  MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+  const mpi_world world(&argc, &argv);
+  const int me = world.me, ranks = world.ranks;
   if (n < 3 || n < ranks) {
     if (me == 0) std::fprintf(stderr, "sor_mpi: the grid needs at least 3 rows and one row per rank\n");
     MPI_Finalize();

@@ -26,11 +26,9 @@
 using namespace mdsm_apps::water;
 
 int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
+  const mdsm_apps::mpi_world world(&argc, &argv);
   const auto args = mdsm_apps::parse_args(argc, argv, "mpi");
-  int me = 0, np = 1;
-  MPI_Comm_rank(MPI_COMM_WORLD, &me);
-  MPI_Comm_size(MPI_COMM_WORLD, &np);
+  const int me = world.me, np = world.ranks;
   if (args.version != "mpi") {
     if (me == 0) std::fprintf(stderr, "water_mpi: unknown --version=%s (mpi)\n", args.version.c_str());
     MPI_Finalize();

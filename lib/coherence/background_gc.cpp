@@ -254,8 +254,7 @@ void engine::finish_home_validation(home_validation& job) {
     const std::uint32_t u = one.front().unit;
     std::lock_guard lk(pages_.lock_of(u));
     page_entry& pe = pages_.at(u);
-    pe.fetching = false;
-    ++pe.fetch_generation;
+    pe.end_fetch();
     // (A copy freed meanwhile has nothing to bring up to date.) Up to date now unless newer
     // notices came meanwhile: it then stays invalid, and its next access fetches them.
     if (pe.state == page_state::invalid || pe.state == page_state::valid) {

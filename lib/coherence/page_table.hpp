@@ -58,7 +58,7 @@ struct page_entry {
   // own.back() is open once an interval closed with the unit hot.
   bool hot = false;
   bool fetching = false;           // a thread is fetching this unit's diffs or copy
-  std::uint32_t fetch_generation = 0;
+  std::uint32_t fetch_generation = 0;  // counts finished fetches: waiters for one watch it change
   // The background collection that dropped this copy (0: none since): its home's copy holds every
   // write up to that cut only once the collection is over (engine::validate waits for it).
   std::uint32_t dropped_in = 0;
@@ -90,6 +90,12 @@ struct page_entry {
     std::uint32_t through = 0;  // our intervals whose writes to the unit it holds, as far as we know
   };
   std::vector<push_state> push;
+
+  // The fetch of this unit is over (whatever its outcome): threads waiting for it look again.
+  void end_fetch() noexcept {
+    fetching = false;
+    ++fetch_generation;
+  }
 
   std::uint32_t applied_through_of(std::uint32_t creator) const {
     return creator < applied_through.size() ? applied_through[creator] : 0;

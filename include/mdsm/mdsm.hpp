@@ -101,6 +101,9 @@ struct message_fields {
 //   * must dispose of a RELEASE or RELEASE_NT message exactly once: accept(), forward(rank), or
 //     store(). Returning without doing so is reported (MDSM_ERR_NOT_DISPOSED, naming the
 //     handler) by the next mdsm call of the application; disposing twice throws at once.
+// Errors a handler raises are reported the same way: by the application's next mdsm call, or by
+// a wait_until()/poll() in progress. A coordination call (lock, barrier, ...) already waiting
+// completes first and leaves the reporting to the next call; mutex::unlock never reports one.
 // Handlers may send messages, forward, store, and accept. An accept inside a handler completes
 // asynchronously if consistency information must be fetched; mdsm guarantees it has completed
 // before the application thread returns from its next wait_until()/poll() or touches the page.

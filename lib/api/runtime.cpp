@@ -220,7 +220,7 @@ void wait_until(const std::function<bool()>& done) {
 void detail::wait_until_ref(bool (*done)(void*), void* ctx) {
   if (done == nullptr) detail::fail(MDSM_ERR_INVALID_ARGUMENT, "wait_until: empty predicate");
   detail::runtime& r = detail::rt_blocking("wait_until");
-  r.progress->wait_until([&] { return done(ctx) || detail::g_has_deferred.load(std::memory_order_acquire); });
+  r.progress->wait_until([&] { return done(ctx) || detail::deferred_pending_here(); });
   if (!r.engine->all_acquires_done()) r.engine->wait_all_acquires();
   detail::rethrow_deferred();
 }

@@ -7,6 +7,7 @@
 namespace mdsm::detail {
 
 std::atomic<bool> g_has_deferred{false};
+thread_local constinit int t_deferred_hold = 0;
 
 namespace {
 std::mutex g_mutex;

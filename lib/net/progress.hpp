@@ -32,6 +32,7 @@
 // the wait ends. This is the seam lib/threads plugs into.
 #pragma once
 
+#include "common/deferred.hpp"
 #include "net/transport.hpp"
 #include "stats/clock.hpp"
 
@@ -77,6 +78,9 @@ extern thread_local constinit const char* t_current_handler;
 inline const char* current_handler() noexcept { return t_current_handler; }
 
 // Marks the calling thread as running a handler for its lifetime (lib/messages, lib/coherence).
+// A handler holds deferred errors: one recorded earlier is the application's to receive, and
+// thrown out of a send or accept in the middle of a handler it would leave the protocol state
+// the handler was changing half-done.
 class handler_scope {
  public:
   explicit handler_scope(const char* name) noexcept : previous_(t_current_handler) { t_current_handler = name; }
@@ -86,6 +90,7 @@ class handler_scope {
 
  private:
   const char* previous_;
+  detail::hold_deferred hold_;
 };
 
 class progress {

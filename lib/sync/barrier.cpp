@@ -106,7 +106,7 @@ std::vector<int> all_ranks() {
 barrier::barrier() : barrier(std::span<const int>(all_ranks())) {}
 
 barrier::barrier(std::span<const int> participants) {
-  require_application_thread("barrier::barrier");
+  operation op("barrier::barrier");
   services& sv = current();
   std::vector<int> members(participants.begin(), participants.end());
   std::sort(members.begin(), members.end());
@@ -128,7 +128,7 @@ barrier::~barrier() {
 }
 
 void barrier::arrive_and_wait() {
-  require_application_thread("barrier::arrive_and_wait");
+  operation op("barrier::arrive_and_wait");
   auto s = state_of(id_);
   services& sv = current();
   const int me = sv.rank();
@@ -142,6 +142,10 @@ void barrier::arrive_and_wait() {
     s->in_barrier = true;
     epoch = s->epoch;
   }
+  undo_on_throw leave([&] {
+    std::lock_guard lk(s->mu);
+    s->in_barrier = false;
+  });
   const std::size_t n = s->members.size();
   const bool global = static_cast<int>(n) == sv.size();
   bool collect = false;
@@ -153,11 +157,7 @@ void barrier::arrive_and_wait() {
       all_here = (it == s->arrived.end() ? 0 : it->second.size()) + 1 == n;
       return all_here || s->abandoned();
     });
-    if (!all_here) {
-      std::lock_guard lk(s->mu);
-      s->in_barrier = false;
-      s->fail_destroyed("barrier::arrive_and_wait");
-    }
+    if (!all_here) s->fail_destroyed("barrier::arrive_and_wait");
     std::vector<stored_message> arrivals;
     std::uint64_t meta = my_metadata();
     bool mismatch;
@@ -173,8 +173,6 @@ void barrier::arrive_and_wait() {
     }
     accept_all(arrivals);
     if (mismatch) {
-      std::lock_guard lk(s->mu);
-      s->in_barrier = false;
       detail::fail(MDSM_ERR_MISMATCH, "barrier #", id_, ": an arrival came from a rank that is not a participant "
                    "or that counts a different number of participants");
     }
@@ -192,11 +190,7 @@ void barrier::arrive_and_wait() {
       departed = static_cast<bool>(s->depart);
       return departed || s->abandoned();
     });
-    if (!departed) {
-      std::lock_guard lk(s->mu);
-      s->in_barrier = false;
-      s->fail_destroyed("barrier::arrive_and_wait");
-    }
+    if (!departed) s->fail_destroyed("barrier::arrive_and_wait");
     stored_message d;
     {
       std::lock_guard lk(s->mu);

@@ -55,8 +55,8 @@ void notify_locked(condition_state& s, bool all) {
   }
 }
 
-// False if another rank destroyed the condition variable and the phase never came (the
-// request is forgotten here).
+// False if another rank destroyed the condition variable and the phase never came (the caller
+// fails, and forgets its request on the way out).
 bool wait_phase(condition_state& s, int phase) {
   bool reached = false;
   wait_until([&] {
@@ -64,10 +64,6 @@ bool wait_phase(condition_state& s, int phase) {
     reached = s.phase >= phase;
     return reached || s.abandoned();
   });
-  if (!reached) {
-    std::lock_guard lk(s.mu);
-    s.phase = 0;
-  }
   return reached;
 }
 
@@ -116,7 +112,7 @@ using namespace sync;
 condition_variable::condition_variable() : condition_variable(-1) {}
 
 condition_variable::condition_variable(int manager) {
-  require_application_thread("condition_variable::condition_variable");
+  operation op("condition_variable::condition_variable");
   id_ = current().create<condition_state>(kind::condition, manager, 0)->id;
 }
 
@@ -125,7 +121,7 @@ condition_variable::~condition_variable() {
 }
 
 void condition_variable::wait(mutex& m) {
-  require_application_thread("condition_variable::wait");
+  operation op("condition_variable::wait");
   if (!m.held())
     detail::fail(MDSM_ERR_NOT_HELD, "condition_variable::wait: mutex #", m.id(),
                  " is not held by this rank; lock it before waiting");
@@ -144,6 +140,10 @@ void condition_variable::wait(mutex& m) {
       send(s->manager, sv.h_cond_wait, payload_builder(id_, op_wait).bytes(), annotation::request);
     }
   }
+  undo_on_throw forget([&] {
+    std::lock_guard lk(s->mu);
+    s->phase = 0;
+  });
   if (!wait_phase(*s, 2)) s->fail_destroyed("condition_variable::wait");
   m.unlock();
   if (!wait_phase(*s, 3)) {
@@ -157,7 +157,13 @@ void condition_variable::wait(mutex& m) {
   m.lock();
 }
 
-void condition_variable::notify_one() { notify(id_, false); }
-void condition_variable::notify_all() { notify(id_, true); }
+void condition_variable::notify_one() {
+  operation op("condition_variable::notify_one", operation::non_blocking);
+  notify(id_, false);
+}
+void condition_variable::notify_all() {
+  operation op("condition_variable::notify_all", operation::non_blocking);
+  notify(id_, true);
+}
 
 }  // namespace mdsm

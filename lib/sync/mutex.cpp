@@ -125,7 +125,7 @@ void manager_request_locked(mutex_state& s, int requester, bool is_try, message*
 }
 
 // Waits until the token arrives (waiting or trying set), then accepts it. If another rank
-// destroyed the mutex meanwhile and nothing comes, resets this rank's request and fails.
+// destroyed the mutex meanwhile and nothing comes, fails (the caller forgets its request).
 void take_arrived(mutex_state& s, const char* what) {
   bool answered = false;
   wait_until([&] {
@@ -133,13 +133,7 @@ void take_arrived(mutex_state& s, const char* what) {
     answered = static_cast<bool>(s.arrived) || (s.trying && s.try_result == 2);
     return answered || s.abandoned();
   });
-  if (!answered) {
-    std::lock_guard lk(s.mu);
-    s.waiting = false;
-    s.trying = false;
-    s.local_owner.store(false, std::memory_order_release);
-    s.fail_destroyed(what);
-  }
+  if (!answered) s.fail_destroyed(what);
   stored_message grant;
   {
     std::lock_guard lk(s.mu);
@@ -235,7 +229,7 @@ using namespace sync;
 mutex::mutex() : mutex(-1) {}
 
 mutex::mutex(int manager) {
-  require_application_thread("mutex::mutex");
+  operation op("mutex::mutex");
   auto s = current().create<mutex_state>(kind::mutex, manager, 0, current().rank());
   id_ = s->id;
 }
@@ -245,7 +239,7 @@ mutex::~mutex() {
 }
 
 void mutex::lock() {
-  require_application_thread("mutex::lock");
+  operation op("mutex::lock");
   auto s = state_of(id_);
   {
     std::lock_guard lk(s->mu);
@@ -254,6 +248,15 @@ void mutex::lock() {
                    "recursive (unlock it first)");
   }
   acquire_local_owner(*s);
+  // Failing before the lock is ours (another rank destroyed it, a malformed grant): forget the
+  // request and let this rank's threads lock again.
+  bool locked = false;
+  undo_on_throw forget([&] {
+    if (locked) return;
+    std::lock_guard lk(s->mu);
+    s->waiting = false;
+    s->local_owner.store(false, std::memory_order_release);
+  });
   // Deliver requests that already arrived before re-taking a cached token: otherwise a rank
   // that locks in a loop could keep the lock from a forwarded request forever.
   poll();
@@ -262,6 +265,7 @@ void mutex::lock() {
     accept_returned_locked(*s, lk);
     s->held = true;
     s->owner_thread = std::this_thread::get_id();
+    locked = true;
     return;
   }
   s->waiting = true;
@@ -277,22 +281,33 @@ void mutex::lock() {
   s->token = true;
   s->held = true;
   s->owner_thread = std::this_thread::get_id();
+  locked = true;
 }
 
 bool mutex::try_lock() {
-  require_application_thread("mutex::try_lock");
+  operation op("mutex::try_lock");
   auto s = state_of(id_);
   bool expected = false;
   if (!s->local_owner.compare_exchange_strong(expected, true, std::memory_order_acquire)) return false;
+  bool decided = false;  // locked, or let go of local_owner
+  undo_on_throw forget([&] {
+    if (decided) return;
+    std::lock_guard lk(s->mu);
+    s->trying = false;
+    s->try_result = 0;
+    s->local_owner.store(false, std::memory_order_release);
+  });
   std::unique_lock lk(s->mu);
   if (s->free_here()) {
     accept_returned_locked(*s, lk);
     s->held = true;
     s->owner_thread = std::this_thread::get_id();
+    decided = true;
     return true;
   }
   if (s->token || s->lent) {  // held here, or lent out: not free without waiting
     s->local_owner.store(false, std::memory_order_release);
+    decided = true;
     return false;
   }
   s->trying = true;
@@ -315,10 +330,12 @@ bool mutex::try_lock() {
   } else {
     s->local_owner.store(false, std::memory_order_release);
   }
+  decided = true;
   return got;
 }
 
 void mutex::unlock() {
+  operation op("mutex::unlock", operation::releasing);
   auto s = state_of(id_);
   std::lock_guard lk(s->mu);
   if (!s->held)

@@ -101,6 +101,14 @@ bool acquire_impl(std::uint32_t id, bool is_try) {
       detail::fail(MDSM_ERR_BUSY, "semaphore #", id, ": another thread of rank ", sv.rank(), " is acquiring it");
     s->acquiring = true;
     s->result = 0;
+  }
+  undo_on_throw forget([&] {
+    std::lock_guard lk(s->mu);
+    s->acquiring = false;
+    s->result = 0;
+  });
+  {
+    std::lock_guard lk(s->mu);
     if (s->manager == sv.rank())
       request_locked(*s, sv.rank(), is_try);
     else
@@ -113,10 +121,7 @@ bool acquire_impl(std::uint32_t id, bool is_try) {
   });
   {
     std::lock_guard lk(s->mu);
-    if (s->result == 0) {
-      s->acquiring = false;
-      s->fail_destroyed(is_try ? "semaphore::try_acquire" : "semaphore::acquire");
-    }
+    if (s->result == 0) s->fail_destroyed(is_try ? "semaphore::try_acquire" : "semaphore::acquire");
   }
   stored_message permit;
   bool ok;
@@ -167,7 +172,7 @@ namespace mdsm {
 using namespace sync;
 
 semaphore::semaphore(long initial, int manager) {
-  require_application_thread("semaphore::semaphore");
+  operation op("semaphore::semaphore");
   if (initial < 0) detail::fail(MDSM_ERR_INVALID_ARGUMENT, "semaphore: the initial count ", initial, " is negative");
   id_ = current().create<semaphore_state>(kind::semaphore, manager, static_cast<std::uint64_t>(initial) << 1, initial)->id;
 }
@@ -177,16 +182,17 @@ semaphore::~semaphore() {
 }
 
 void semaphore::acquire() {
-  require_application_thread("semaphore::acquire");
+  operation op("semaphore::acquire");
   acquire_impl(id_, false);
 }
 
 bool semaphore::try_acquire() {
-  require_application_thread("semaphore::try_acquire");
+  operation op("semaphore::try_acquire");
   return acquire_impl(id_, true);
 }
 
 void semaphore::release(long n) {
+  operation op("semaphore::release", operation::non_blocking);
   if (n < 0) detail::fail(MDSM_ERR_INVALID_ARGUMENT, "semaphore::release: n = ", n, " is negative");
   auto s = state_of(id_);
   services& sv = current();

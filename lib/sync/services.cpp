@@ -131,6 +131,9 @@ void services::agree(std::uint32_t id, kind k, int manager, std::uint64_t extra_
 }
 
 void services::destroy(std::uint32_t id) noexcept {
+  // Held: an error recorded earlier is the application's next call's to report; thrown into
+  // this noexcept function it would only be printed and lost, and the ranks' destroys uneven.
+  detail::hold_deferred hold;
   try {
     std::shared_ptr<object> obj;
     {
@@ -154,8 +157,7 @@ void services::destroy(std::uint32_t id) noexcept {
     // an error and its rank comes here too.
     for (int r = 0; r < size_; ++r)
       if (r != rank_) send(r, h_destroyed, payload_builder(id, 0).bytes(), annotation::none);
-    // Nobody may send to it once every rank is here. (Recorded after the wait: a wait rethrows
-    // recorded errors, and this one is for the application's next call.)
+    // Nobody may send to it once every rank is here.
     int zero = 0, out = 0;
     allreduce(&zero, &out, 1, MPI_INT, MPI_SUM);
     if (!busy.empty()) detail::defer_error(error(MDSM_ERR_BUSY, busy));

@@ -11,10 +11,13 @@
 //
 // Threads: object state is touched by handlers (progress thread, one at a time) and by the
 // application threads that call the object; each object's `mu` protects it. Application threads
-// wait only through mdsm::wait_until, with predicates reading state under `mu` briefly.
+// wait only through mdsm::wait_until, with predicates reading state under `mu` briefly, inside an
+// `operation` (below), so a wait ends only when its protocol step is done.
 #pragma once
 
 #include <mdsm/mdsm.hpp>
+
+#include "common/deferred.hpp"
 
 #include <mpi.h>
 
@@ -22,6 +25,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <exception>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -193,6 +197,51 @@ inline bool is_manager_role(const object& o, const message& m, int me) {
 
 // Fails with `code` and a message when a blocking primitive is used from a handler.
 void require_application_thread(const char* what);
+
+// Every coordination call (and collective creation) runs as one operation. An error a handler
+// recorded earlier (lib/common/deferred.hpp) is thrown when the operation starts, before it
+// changes anything; from then on such errors are held, so its sends, accepts and waits do not
+// throw them halfway (which left objects marked busy and other ranks waiting forever), and the
+// next call reports them.
+//
+// mutex::unlock does not report an earlier error: it runs in destructors (std::lock_guard), where
+// a throw ends the program, and one thrown before it unlocked would keep the lock from every rank.
+class operation {
+ public:
+  enum entry_kind {
+    blocking,      // may wait for other ranks: not in a handler; reports an earlier error
+    non_blocking,  // reports an earlier error
+    releasing,     // reports nothing (unlock)
+  };
+  explicit operation(const char* what, entry_kind k = blocking) : entry_(what, k) {}
+
+ private:
+  struct entry {
+    entry(const char* what, entry_kind k) {
+      if (k == blocking) require_application_thread(what);
+      if (k != releasing) detail::rethrow_deferred();
+    }
+  };
+  entry entry_;  // first: checks before the hold begins
+  detail::hold_deferred hold_;
+};
+
+// Runs `undo` if the scope is left by an exception, so a call that fails halfway leaves its
+// object usable (not marked entered or requested, its local owner free) for the next call.
+template <class F>
+class undo_on_throw {
+ public:
+  explicit undo_on_throw(F undo) : undo_(std::move(undo)), exceptions_(std::uncaught_exceptions()) {}
+  ~undo_on_throw() {
+    if (std::uncaught_exceptions() > exceptions_) undo_();
+  }
+  undo_on_throw(const undo_on_throw&) = delete;
+  undo_on_throw& operator=(const undo_on_throw&) = delete;
+
+ private:
+  F undo_;
+  int exceptions_;
+};
 
 // A work-queue item popped by this rank that its caller could not take (wrong size): the next
 // pop on this rank returns it (work_queue.cpp).

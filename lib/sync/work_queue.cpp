@@ -132,7 +132,7 @@ namespace mdsm {
 using namespace sync;
 
 work_queue::work_queue(order o, int manager) {
-  require_application_thread("work_queue::work_queue");
+  operation op("work_queue::work_queue");
   // Every rank must create the queue with the same order (checked with the manager).
   const std::uint64_t check = o == order::fifo ? 0 : o == order::lifo ? 2 : 4;
   id_ = current().create<queue_state>(kind::queue, manager, check, o)->id;
@@ -143,6 +143,7 @@ work_queue::~work_queue() {
 }
 
 void work_queue::push(std::span<const std::byte> item) {
+  operation op("work_queue::push", operation::non_blocking);
   auto s = state_of(id_);
   if (s->manager == current().rank()) {
     std::lock_guard lk(s->mu);
@@ -152,7 +153,7 @@ void work_queue::push(std::span<const std::byte> item) {
 }
 
 std::optional<std::vector<std::byte>> work_queue::pop() {
-  require_application_thread("work_queue::pop");
+  operation op("work_queue::pop");
   auto s = state_of(id_);
   services& sv = current();
   {
@@ -166,6 +167,14 @@ std::optional<std::vector<std::byte>> work_queue::pop() {
       detail::fail(MDSM_ERR_BUSY, "work_queue #", id_, ": another thread of rank ", sv.rank(), " is popping");
     s->popping = true;
     s->result = 0;
+  }
+  undo_on_throw forget([&] {
+    std::lock_guard lk(s->mu);
+    s->popping = false;
+    s->result = 0;
+  });
+  {
+    std::lock_guard lk(s->mu);
     if (s->manager == sv.rank()) {
       s->waiters.push_back(sv.rank());
       match_locked(*s);
@@ -180,10 +189,7 @@ std::optional<std::vector<std::byte>> work_queue::pop() {
   stored_message item;
   {
     std::lock_guard lk(s->mu);
-    if (s->result == 0) {
-      s->popping = false;
-      s->fail_destroyed("work_queue::pop");
-    }
+    if (s->result == 0) s->fail_destroyed("work_queue::pop");
     item = std::move(s->arrived);
     s->popping = false;
     s->result = 0;

@@ -250,6 +250,95 @@ TEST_CASE("destroying a mutex or barrier while another rank waits on it ends tha
   world_barrier();
 }
 
+TEST_CASE("a handler's error while a coordination call waits is reported after it; the object stays usable",
+          "[sync][np2+]") {
+  // Before, the error was thrown out of the middle of the wait: the barrier stayed marked entered
+  // (BUSY forever) while the other ranks hung, the next mutex::lock hung, semaphore::try_acquire
+  // failed with BUSY forever (issue 19, item 2). Now the call completes and the next one reports.
+  session s;
+  const int me = mdsm::rank();
+  // Returns without disposing of its RELEASE: MDSM_ERR_NOT_DISPOSED is recorded on the receiver.
+  const auto drop = mdsm::register_handler("test.sync.drop", [](mdsm::message&) {});
+  const auto provoke = [&](int victim) {  // the other rank of 0/1, while the victim waits
+    settle(150);
+    mdsm::send(victim, drop, {}, mdsm::annotation::release);
+    settle(150);
+  };
+  const auto reported_next = [] { return error_of([] { mdsm::poll(); }).first; };
+  auto* counter = static_cast<long*>(mdsm::alloc_collective(sizeof(long)));
+  if (me == 0) *counter = 0;
+  mdsm::barrier b;
+  mdsm::mutex m(0);
+  mdsm::semaphore sem(0, 0);
+  mdsm::work_queue q(mdsm::work_queue::order::fifo, 0);
+  b.arrive_and_wait();
+
+  for (int victim : {0, 1}) {  // the barrier's and the objects' manager (0), and another rank (1)
+    const int helper = 1 - victim;
+    INFO("victim rank " << victim);
+    // barrier
+    if (me == helper) provoke(victim);
+    if (me == victim) {
+      CHECK(error_of([&] { b.arrive_and_wait(); }).first == MDSM_SUCCESS);
+      CHECK(reported_next() == MDSM_ERR_NOT_DISPOSED);
+    } else {
+      b.arrive_and_wait();
+    }
+    b.arrive_and_wait();
+    b.arrive_and_wait();
+
+    // mutex: the victim waits for the helper's unlock
+    if (me == helper) m.lock();
+    b.arrive_and_wait();
+    if (me == helper) {
+      provoke(victim);
+      m.unlock();
+    } else if (me == victim) {
+      CHECK(error_of([&] { m.lock(); }).first == MDSM_SUCCESS);
+      CHECK(m.held());
+      // unlock does not report it: it runs in destructors (std::lock_guard)
+      if (m.held()) CHECK(error_of([&] { m.unlock(); }).first == MDSM_SUCCESS);
+      CHECK(reported_next() == MDSM_ERR_NOT_DISPOSED);
+    }
+    for (int i = 0; i < 20; ++i) {
+      std::lock_guard lk(m);
+      ++*counter;
+    }
+    b.arrive_and_wait();
+
+    // semaphore: the victim waits for the helper's permit
+    if (me == helper) {
+      provoke(victim);
+      sem.release();
+    } else if (me == victim) {
+      CHECK(error_of([&] { sem.acquire(); }).first == MDSM_SUCCESS);
+      CHECK(reported_next() == MDSM_ERR_NOT_DISPOSED);
+      bool got = true;
+      CHECK(error_of([&] { got = sem.try_acquire(); }).first == MDSM_SUCCESS);
+      CHECK_FALSE(got);
+    }
+    b.arrive_and_wait();
+
+    // work queue: the victim waits for the helper's item
+    if (me == helper) {
+      provoke(victim);
+      q.push_value(41 + victim);
+    } else if (me == victim) {
+      std::optional<int> item;
+      CHECK(error_of([&] { item = q.pop_value<int>(); }).first == MDSM_SUCCESS);
+      CHECK(item == std::optional<int>(41 + victim));
+      CHECK(reported_next() == MDSM_ERR_NOT_DISPOSED);
+    }
+    b.arrive_and_wait();
+  }
+  {
+    std::lock_guard lk(m);
+    CHECK(*counter == 2 * 20 * mdsm::size());
+  }
+  CHECK(reported_next() == MDSM_SUCCESS);
+  b.arrive_and_wait();
+}
+
 TEST_CASE("mutex: message counts of uncontended remote acquires", "[sync][np3+]") {
   MDSM_NEED_RANKS(3);
   session s;

@@ -28,6 +28,8 @@ typedef struct mdsm_options {
   uintptr_t coherent_address; /* 0: the ranks agree on an address */
   int strict_address;         /* nonzero: fail instead of moving away from coherent_address */
   int progress_thread;        /* nonzero: run a progress thread (MDSM_PROGRESS_THREAD overrides) */
+  double wait_deadline_s;     /* a wait for another rank longer than this ends the job (see
+                                 mdsm::options); 0: MDSM_WAIT_DEADLINE_S or 600; < 0: none */
 } mdsm_options;
 
 /* Fills in the defaults. */

@@ -49,6 +49,11 @@ struct options {
   bool strict_address = false;
   // Run a progress thread (environment MDSM_PROGRESS_THREAD overrides).
   bool progress_thread = true;
+  // Failure detector: a wait for another rank (a lock grant, a barrier, a page, a queue item, a
+  // message in wait_until ...) that lasts longer than this ends the job with MPI_Abort (exit
+  // status 75), after printing which rank waited, for what, and whose answer never came.
+  // 0: MDSM_WAIT_DEADLINE_S, default 600 s; negative: no deadline. The environment overrides.
+  double wait_deadline_s = 0;
 };
 
 // Collective over `comm` (MPI must be initialized with MPI_THREAD_MULTIPLE; otherwise throws

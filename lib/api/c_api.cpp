@@ -29,6 +29,7 @@ mdsm::options to_options(const mdsm_options* o) {
   opts.coherent_address = o->coherent_address;
   opts.strict_address = o->strict_address != 0;
   opts.progress_thread = o->progress_thread != 0;
+  opts.wait_deadline_s = o->wait_deadline_s;
   return opts;
 }
 

@@ -102,6 +102,10 @@ void init(MPI_Comm comm, const options& opts) {
 
   net::progress_config pc;
   pc.thread = opts.progress_thread;
+  if (opts.wait_deadline_s < 0) pc.wait_deadline_ns = 0;
+  else if (opts.wait_deadline_s > 1e9)
+    detail::fail(MDSM_ERR_INVALID_ARGUMENT, "options::wait_deadline_s = ", opts.wait_deadline_s, " is out of range");
+  else if (opts.wait_deadline_s > 0) pc.wait_deadline_ns = static_cast<std::uint64_t>(opts.wait_deadline_s * 1e9);
   pc = net::progress_config::from_env(pc);
   MPI_Comm node;
   MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);

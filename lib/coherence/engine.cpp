@@ -4,6 +4,7 @@
 
 #include "coherence/protocol.hpp"
 #include "common/deferred.hpp"
+#include "common/wait_subject.hpp"
 #include "stats/counters.hpp"
 
 #include <algorithm>
@@ -507,12 +508,21 @@ void engine::send_interval_request(int origin, const std::vector<std::uint32_t>&
   send_protocol(origin, op_interval_request, token, out.bytes());
 }
 
+namespace {
+constexpr const char* k_acquire_wait =
+    "consistency information (interval records) an acquire lacks, requested from the ranks that created it";
+}  // namespace
+
 void engine::wait_acquire(const acquire_ptr& a) {
   if (a == nullptr) return;  // completed when it began
+  detail::wait_subject subject{.what = k_acquire_wait};
+  detail::waiting_for waiting(subject);
   progress_.wait_until([&] { return a->done.load(std::memory_order_acquire); });
 }
 
 void engine::wait_all_acquires() {
+  detail::wait_subject subject{.what = k_acquire_wait};
+  detail::waiting_for waiting(subject);
   progress_.wait_until([&] { return all_acquires_done(); });
 }
 

@@ -6,12 +6,15 @@
 #include "coherence/engine.hpp"
 
 #include "coherence/protocol.hpp"
+#include "common/wait_subject.hpp"
 #include "net/doorbells.hpp"
 #include "stats/clock.hpp"
 #include "stats/counters.hpp"
 
 #include <algorithm>
+#include <cstdio>
 #include <map>
+#include <string>
 
 namespace mdsm::coherence {
 
@@ -109,6 +112,26 @@ auto engine::fetch(std::vector<fetch_unit>& batch, bool need_copy, bool& copy_bu
   static const std::uint64_t nudge_after = static_cast<std::uint64_t>(k_nudge_after_ns / stats::ns_per_tick());
   const std::uint64_t asked_at = stats::ticks();
   bool nudged = false;
+  struct unanswered {
+    const std::vector<std::pair<std::uint32_t, box_ptr>>& boxes;
+    const void* address;
+    static std::string list(const void* ctx) {
+      const auto& w = *static_cast<const unanswered*>(ctx);
+      char at[32];
+      std::snprintf(at, sizeof at, "%p", w.address);
+      std::string out = std::string("address ") + at + "; no reply yet from rank(s)";
+      for (const auto& [creator, box] : w.boxes)
+        if (!box->ready.load(std::memory_order_acquire)) out += " " + std::to_string(creator);
+      return out;
+    }
+  } pending{boxes, region_.app_unit(batch.front().unit)};
+  detail::wait_subject subject{.what = need_copy ? "a copy of coherent memory this rank touched"
+                                                 : "the writes (diffs) of coherent memory this rank touched",
+                               .object = "unit",
+                               .id = batch.front().unit,
+                               .detail = unanswered::list,
+                               .detail_ctx = &pending};
+  detail::waiting_for waiting(subject);
   progress_.wait_until([&] {
     const bool all = std::all_of(boxes.begin(), boxes.end(),
                                  [](const auto& b) { return b.second->ready.load(std::memory_order_acquire); });

@@ -3,6 +3,7 @@
 // ranks drop copies that still have pending notices (they fetch from the home when they next
 // touch the unit); then every interval record, write notice, twin and diff is freed.
 #include "coherence/engine.hpp"
+#include "common/wait_subject.hpp"
 
 #include "stats/counters.hpp"
 
@@ -13,6 +14,8 @@ namespace mdsm::coherence {
 
 namespace {
 void wait_request(net::progress& p, MPI_Request& req) {
+  detail::wait_subject subject{.what = "every rank to reach the same step of a garbage collection"};
+  detail::waiting_for waiting(subject);
   p.wait_until([&] {
     int done = 0;
     MPI_Test(&req, &done, MPI_STATUS_IGNORE);

@@ -3,12 +3,15 @@
 #include "common/check.hpp"
 #include "common/deferred.hpp"
 #include "common/env.hpp"
+#include "common/wait_subject.hpp"
 #include "os/futex.hpp"
 #include "os/topology.hpp"
 #include "stats/counters.hpp"
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <sched.h>
 #include <sys/prctl.h>
@@ -19,6 +22,8 @@ namespace {
 
 // Idle turns of a wait loop spent spinning before each further turn yields the core.
 constexpr unsigned k_spin_turns = 64;
+// Once a wait is long, yielding turns read the clock (for the deadline) only this often.
+constexpr unsigned k_clock_turns = 256;
 
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -38,6 +43,14 @@ progress_config progress_config::from_env(progress_config d) {
   d.sleep_max_ns = detail::env_uint("MDSM_PROGRESS_SLEEP_MAX_US", d.sleep_max_ns / 1000) * 1000;
   d.park_max_ns = detail::env_uint("MDSM_PROGRESS_PARK_MAX_US", d.park_max_ns / 1000) * 1000;
   d.pin = detail::env_uint("MDSM_PROGRESS_PIN", d.pin ? 1 : 0) != 0;
+  if (auto s = detail::env_string("MDSM_WAIT_DEADLINE_S")) {
+    char* end = nullptr;
+    const double v = std::strtod(s->c_str(), &end);
+    if (end == s->c_str() || *end != '\0' || !(v >= 0) || v > 1e9)
+      detail::fail(MDSM_ERR_INVALID_ARGUMENT, "MDSM_WAIT_DEADLINE_S='", *s,
+                   "' is not a number of seconds (0 for no deadline)");
+    d.wait_deadline_ns = static_cast<std::uint64_t>(v * 1e9);
+  }
   if (d.sleep_min_ns == 0) d.sleep_min_ns = 1000;
   if (d.sleep_max_ns < d.sleep_min_ns) d.sleep_max_ns = d.sleep_min_ns;
   if (d.park_max_ns < d.sleep_max_ns) d.park_max_ns = d.sleep_max_ns;
@@ -55,7 +68,8 @@ progress_config progress_config::with_bells() const {
 progress::progress(transport& t, progress_config cfg)
     : transport_(t),
       cfg_(cfg),
-      long_wait_ticks_(static_cast<std::uint64_t>(static_cast<double>(cfg.sleep_max_ns) / stats::ns_per_tick())) {}
+      long_wait_ticks_(static_cast<std::uint64_t>(static_cast<double>(cfg.sleep_max_ns) / stats::ns_per_tick())),
+      deadline_ticks_(static_cast<std::uint64_t>(static_cast<double>(cfg.wait_deadline_ns) / stats::ns_per_tick())) {}
 
 progress::~progress() { stop_thread(); }
 
@@ -120,11 +134,32 @@ void progress::idle(unsigned& turns, waiter_guard& w) {
   } else {
     return;
   }
-  // Only yielding turns read the clock, so a wait answered within the spin pays nothing for this.
-  if (w.long_) return;
+  // Only yielding turns read the clock, so a wait answered within the spin pays nothing for this;
+  // a long wait, only every k_clock_turns turns.
+  if (w.long_ && ++w.turns_since_clock_ < k_clock_turns) return;
+  w.turns_since_clock_ = 0;
   const std::uint64_t now = stats::ticks();
-  if (w.idle_since_ == 0) w.idle_since_ = now;
-  else if (now - w.idle_since_ >= long_wait_ticks_) w.long_ = true;
+  if (w.idle_since_ == 0) {
+    w.idle_since_ = now;
+    return;
+  }
+  const std::uint64_t waited = now - w.idle_since_;
+  if (waited >= long_wait_ticks_) w.long_ = true;
+  if (deadline_ticks_ != 0 && waited >= deadline_ticks_) [[unlikely]]
+    deadline_passed(waited);
+}
+
+void progress::deadline_passed(std::uint64_t waited_ticks) {
+  const double waited_s = static_cast<double>(waited_ticks) * stats::ns_per_tick() / 1e9;
+  std::fprintf(stderr,
+               "mdsm: rank %d has waited %.1f s for %s -- longer than the wait deadline (MDSM_WAIT_DEADLINE_S=%g). "
+               "The rank it waits for has stopped, hangs, or lost its host (or the deadline is too short for "
+               "this program: raise it). Ending the job.\n",
+               transport_.rank(), waited_s, detail::describe_wait(transport_.rank()).c_str(),
+               static_cast<double>(cfg_.wait_deadline_ns) / 1e9);
+  std::fflush(stderr);
+  MPI_Abort(transport_.collective_comm(), k_deadline_exit_code);
+  std::abort();  // MPI_Abort does not return; if it did, this process must not go on
 }
 
 void progress::park(std::uint64_t& nap_ns) {

@@ -27,6 +27,14 @@
 // MDSM_PROGRESS_SPIN_US, MDSM_PROGRESS_SLEEP_MIN_US, MDSM_PROGRESS_SLEEP_MAX_US,
 // MDSM_PROGRESS_PARK_MAX_US, MDSM_PROGRESS_PIN (1/0). See docs/RUNNING.md.
 //
+// Failure detector: a wait that lasts longer than `wait_deadline` (MDSM_WAIT_DEADLINE_S, init
+// option, default 600 s; 0: none) ends the job with MPI_Abort after printing which rank waited,
+// how long, and for what (common/wait_subject.hpp: the object, unit or collective, and the rank
+// whose answer never came). A rank that stopped (SIGSTOP, a livelock, a host lost without its
+// sockets closing) otherwise keeps every rank waiting forever; one merely slower than the
+// deadline is never ended. Only yielding turns of a wait read the clock, so waits answered
+// within the spin pay nothing for it.
+//
 // Upcalls: wait_until reports `block` when a wait begins, `idle` on every turn of the wait loop
 // (a user-level scheduler switches to another thread there instead of spinning) and `wake` when
 // the wait ends. This is the seam lib/threads plugs into.
@@ -57,6 +65,7 @@ struct progress_config {
   std::uint64_t park_max_ns = 2'000'000;  // longest nap while an application thread waits
   bool bells_everywhere = false;  // every peer rings for its requests (with_bells())
   bool pin = true;
+  std::uint64_t wait_deadline_ns = 600'000'000'000;  // 0: waits have no deadline
   int local_rank = 0;
   int local_size = 1;
   // Reads the MDSM_PROGRESS_* variables over the defaults.
@@ -95,6 +104,8 @@ class handler_scope {
 
 class progress {
  public:
+  // The exit status of a job ended by the failure detector.
+  static constexpr int k_deadline_exit_code = 75;
   progress(transport& t, progress_config cfg);
   ~progress();
   progress(const progress&) = delete;
@@ -139,6 +150,7 @@ class progress {
     std::uint64_t start_;          // for wait_ns; 0 when timing is off
     std::uint64_t idle_since_ = 0;  // first yielding turn
     bool long_ = false;  // idle for sleep_max or more: wake the parked progress thread on leaving
+    unsigned turns_since_clock_ = 0;  // past long_, the clock is read every k_clock_turns turns
   };
   static std::uint64_t now_ns() noexcept;
   void enter_wait();
@@ -155,6 +167,7 @@ class progress {
     if (hooks_.wake) hooks_.wake(hooks_.ctx);
   }
   void add_wait_time(const waiter_guard& w);
+  [[noreturn]] void deadline_passed(std::uint64_t waited_ticks);
   void wake_parked();  // if the progress thread is parked
   void idle(unsigned& turns, waiter_guard& w);
   void thread_main();
@@ -191,6 +204,7 @@ class progress {
   std::atomic<bool> paused_{false};
   std::atomic<bool> parked_{false};  // the thread is in park(): it sleeps on its doorbell word
   std::uint64_t long_wait_ticks_;    // sleep_max in ticks
+  std::uint64_t deadline_ticks_;     // wait_deadline in ticks; 0: none
   std::thread thread_;
   std::string pinning_ = "no progress thread";
   wait_hooks hooks_;

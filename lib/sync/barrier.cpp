@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <map>
+#include <string>
 
 namespace mdsm::sync {
 
@@ -67,6 +68,24 @@ std::uint64_t list_hash(const std::vector<int>& v) {
 }
 
 std::uint64_t my_metadata() { return statistic("metadata_bytes"); }
+
+// The manager's wait, for the failure detector's report: who has not arrived.
+struct manager_wait {
+  const barrier_state* s;
+  std::uint64_t epoch;
+  int me;
+  static std::string missing(const void* ctx) {
+    const auto& w = *static_cast<const manager_wait*>(ctx);
+    std::lock_guard lk(w.s->mu);
+    std::vector<int> here{w.me};
+    if (auto it = w.s->arrived.find(w.epoch); it != w.s->arrived.end())
+      for (const auto& m : it->second) here.push_back(m.origin());
+    std::string out = "the manager waits for the arrival of rank(s)";
+    for (int r : w.s->members)
+      if (std::find(here.begin(), here.end(), r) == here.end()) out += " " + std::to_string(r);
+    return out;
+  }
+};
 
 }  // namespace
 
@@ -149,6 +168,14 @@ void barrier::arrive_and_wait() {
   const std::size_t n = s->members.size();
   const bool global = static_cast<int>(n) == sv.size();
   bool collect = false;
+  manager_wait mw{s.get(), epoch, me};
+  if (s->manager == me) {
+    op.about("barrier", id_);
+    op.subject().detail = manager_wait::missing;
+    op.subject().detail_ctx = &mw;
+  } else {
+    op.about("barrier", id_, s->manager, "its manager, which answers once every participant arrived");
+  }
   if (s->manager == me) {
     bool all_here = false;
     wait_until([&] {

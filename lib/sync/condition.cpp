@@ -122,11 +122,15 @@ condition_variable::~condition_variable() {
 
 void condition_variable::wait(mutex& m) {
   operation op("condition_variable::wait");
+  op.about("condition_variable", id_);
   if (!m.held())
     detail::fail(MDSM_ERR_NOT_HELD, "condition_variable::wait: mutex #", m.id(),
                  " is not held by this rank; lock it before waiting");
   auto s = state_of(id_);
   services& sv = current();
+  // The answer comes from the manager, after its ack from whoever notifies.
+  op.subject().peer = s->manager;
+  op.subject().peer_role = "its manager, which wakes waiters when notified";
   {
     std::lock_guard lk(s->mu);
     if (s->phase != 0)

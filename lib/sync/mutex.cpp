@@ -145,6 +145,8 @@ void take_arrived(mutex_state& s, const char* what) {
 void acquire_local_owner(mutex_state& s) {
   bool expected = false;
   if (s.local_owner.compare_exchange_strong(expected, true, std::memory_order_acquire)) return;
+  detail::wait_subject subject{.what = "another thread of this rank to unlock it"};
+  detail::waiting_for waiting(subject);
   wait_until([&] {
     bool e = false;
     return s.local_owner.compare_exchange_strong(e, true, std::memory_order_acquire);
@@ -241,6 +243,7 @@ mutex::~mutex() {
 void mutex::lock() {
   operation op("mutex::lock");
   auto s = state_of(id_);
+  op.about("mutex", id_, s->manager, "its manager, which passes the request to the holder");
   {
     std::lock_guard lk(s->mu);
     if (s->held && s->owner_thread == std::this_thread::get_id())
@@ -270,10 +273,13 @@ void mutex::lock() {
   }
   s->waiting = true;
   services& sv = current();
-  if (s->manager == sv.rank())
+  if (s->manager == sv.rank()) {
+    // The manager asks the previous requester itself: that is whose answer it waits for.
+    if (s->last != sv.rank()) op.about("mutex", id_, s->last, "the rank that asked for it before, which passes it on");
     manager_request_locked(*s, sv.rank(), false, nullptr);
-  else
+  } else {
     send(s->manager, sv.h_mutex_request, payload_builder(id_, op_acquire).bytes(), annotation::request);
+  }
   lk.unlock();
   take_arrived(*s, "mutex::lock");
   lk.lock();
@@ -287,6 +293,7 @@ void mutex::lock() {
 bool mutex::try_lock() {
   operation op("mutex::try_lock");
   auto s = state_of(id_);
+  op.about("mutex", id_, s->manager, "its manager, which passes the request to the holder");
   bool expected = false;
   if (!s->local_owner.compare_exchange_strong(expected, true, std::memory_order_acquire)) return false;
   bool decided = false;  // locked, or let go of local_owner

@@ -92,9 +92,10 @@ void request_locked(semaphore_state& s, int requester, bool is_try) {
     send(requester, sv.h_sem_grant, payload_builder(s.id, op_none).bytes(), annotation::none);
 }
 
-bool acquire_impl(std::uint32_t id, bool is_try) {
+bool acquire_impl(operation& op, std::uint32_t id, bool is_try) {
   auto s = state_of(id);
   services& sv = current();
+  op.about("semaphore", id, s->manager, "its manager, which hands out permits");
   {
     std::lock_guard lk(s->mu);
     if (s->acquiring)
@@ -183,12 +184,12 @@ semaphore::~semaphore() {
 
 void semaphore::acquire() {
   operation op("semaphore::acquire");
-  acquire_impl(id_, false);
+  acquire_impl(op, id_, false);
 }
 
 bool semaphore::try_acquire() {
   operation op("semaphore::try_acquire");
-  return acquire_impl(id_, true);
+  return acquire_impl(op, id_, true);
 }
 
 void semaphore::release(long n) {

@@ -83,6 +83,9 @@ services::~services() {
 void services::allreduce(const void* in, void* out, int count, MPI_Datatype t, MPI_Op op) const {
   MPI_Request req;
   MPI_Iallreduce(in, out, count, t, op, comm_, &req);
+  detail::wait_subject subject{.what = "every rank to reach the same collective step (creating or destroying a "
+                                       "coordination object)"};
+  detail::waiting_for waiting(subject);
   wait_until([&] {
     int done = 0;
     MPI_Test(&req, &done, MPI_STATUS_IGNORE);

@@ -18,6 +18,7 @@
 #include <mdsm/mdsm.hpp>
 
 #include "common/deferred.hpp"
+#include "common/wait_subject.hpp"
 
 #include <mpi.h>
 
@@ -202,7 +203,8 @@ void require_application_thread(const char* what);
 // recorded earlier (lib/common/deferred.hpp) is thrown when the operation starts, before it
 // changes anything; from then on such errors are held, so its sends, accepts and waits do not
 // throw them halfway (which left objects marked busy and other ranks waiting forever), and the
-// next call reports them.
+// next call reports them. It also names what its waits are for, for the failure detector
+// (about(); common/wait_subject.hpp).
 //
 // mutex::unlock does not report an earlier error: it runs in destructors (std::lock_guard), where
 // a throw ends the program, and one thrown before it unlocked would keep the lock from every rank.
@@ -213,7 +215,15 @@ class operation {
     non_blocking,  // reports an earlier error
     releasing,     // reports nothing (unlock)
   };
-  explicit operation(const char* what, entry_kind k = blocking) : entry_(what, k) {}
+  explicit operation(const char* what, entry_kind k = blocking) : entry_(what, k) { subject_.what = what; }
+  // The object the operation waits on, and the rank whose answer it waits for (-1: none).
+  void about(const char* object, std::uint32_t id, int peer = -1, const char* peer_role = nullptr) {
+    subject_.object = object;
+    subject_.id = id;
+    subject_.peer = peer;
+    subject_.peer_role = peer_role;
+  }
+  detail::wait_subject& subject() { return subject_; }
 
  private:
   struct entry {
@@ -224,6 +234,8 @@ class operation {
   };
   entry entry_;  // first: checks before the hold begins
   detail::hold_deferred hold_;
+  detail::wait_subject subject_;
+  detail::waiting_for waiting_{subject_};
 };
 
 // Runs `undo` if the scope is left by an exception, so a call that fails halfway leaves its

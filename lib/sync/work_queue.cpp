@@ -155,6 +155,7 @@ void work_queue::push(std::span<const std::byte> item) {
 std::optional<std::vector<std::byte>> work_queue::pop() {
   operation op("work_queue::pop");
   auto s = state_of(id_);
+  op.about("work_queue", id_, s->manager, "its manager, which hands out items");
   services& sv = current();
   {
     std::lock_guard lk(s->mu);

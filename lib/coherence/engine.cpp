@@ -521,6 +521,7 @@ void engine::wait_acquire(const acquire_ptr& a) {
 }
 
 void engine::wait_all_acquires() {
+  if (all_acquires_done()) return;  // poll() calls this every time
   detail::wait_subject subject{.what = k_acquire_wait};
   detail::waiting_for waiting(subject);
   progress_.wait_until([&] { return all_acquires_done(); });

@@ -13,11 +13,11 @@
 namespace mdsm::detail {
 
 struct wait_subject {
-  const char* what = nullptr;  // "mutex::lock", "a copy of a coherent unit", ...
-  const char* object = nullptr;  // "mutex", "unit", ...: names `id`; nullptr: no id
+  const char* what = nullptr;       // "mutex::lock", "a copy of a coherent unit", ...
+  const char* object = nullptr;     // "mutex", "unit", ...: names `id`; nullptr: no id
   std::uint64_t id = 0;
-  int peer = -1;               // the rank whose answer is awaited, or -1
-  const char* peer_role = nullptr;  // "manager", "home", ...
+  int peer = -1;                    // the rank whose answer is awaited, or -1
+  const char* peer_role = nullptr;  // "its manager, ...", ...
   // More detail, computed only for the report (e.g. the ranks a barrier's manager still waits
   // for); may be null.
   std::string (*detail)(const void* ctx) = nullptr;

@@ -161,76 +161,74 @@ void barrier::arrive_and_wait() {
     s->in_barrier = true;
     epoch = s->epoch;
   }
-  undo_on_throw leave([&] {
+  const auto leave = [&] {
     std::lock_guard lk(s->mu);
     s->in_barrier = false;
-  });
-  const std::size_t n = s->members.size();
-  const bool global = static_cast<int>(n) == sv.size();
-  bool collect = false;
-  manager_wait mw{s.get(), epoch, me};
-  if (s->manager == me) {
-    op.about("barrier", id_);
-    op.subject().detail = manager_wait::missing;
-    op.subject().detail_ctx = &mw;
-  } else {
-    op.about("barrier", id_, s->manager, "its manager, which answers once every participant arrived");
-  }
-  if (s->manager == me) {
-    bool all_here = false;
-    wait_until([&] {
-      std::lock_guard lk(s->mu);
-      auto it = s->arrived.find(epoch);
-      all_here = (it == s->arrived.end() ? 0 : it->second.size()) + 1 == n;
-      return all_here || s->abandoned();
-    });
-    if (!all_here) s->fail_destroyed("barrier::arrive_and_wait");
-    std::vector<stored_message> arrivals;
-    std::uint64_t meta = my_metadata();
-    bool mismatch;
-    {
-      std::lock_guard lk(s->mu);
-      if (auto it = s->arrived.find(epoch); it != s->arrived.end()) {
-        arrivals = std::move(it->second);
-        s->arrived.erase(it);
+  };
+  const manager_wait mw{s.get(), epoch, me};  // outlives every wait of the operation (op names it)
+  const bool collect = undo_if_throws(leave, [&] {
+    const std::size_t n = s->members.size();
+    const bool global = static_cast<int>(n) == sv.size();
+    bool collect = false;
+    if (s->manager == me) {
+      op.about("barrier", id_, -1, nullptr, manager_wait::missing, &mw);
+      bool all_here = false;
+      wait_until([&] {
+        std::lock_guard lk(s->mu);
+        auto it = s->arrived.find(epoch);
+        all_here = (it == s->arrived.end() ? 0 : it->second.size()) + 1 == n;
+        return all_here || s->abandoned();
+      });
+      if (!all_here) s->fail_destroyed("barrier::arrive_and_wait");
+      std::vector<stored_message> arrivals;
+      std::uint64_t meta = my_metadata();
+      bool mismatch;
+      {
+        std::lock_guard lk(s->mu);
+        if (auto it = s->arrived.find(epoch); it != s->arrived.end()) {
+          arrivals = std::move(it->second);
+          s->arrived.erase(it);
+        }
+        meta = std::max(meta, s->metadata_max[epoch]);
+        s->metadata_max.erase(epoch);
+        mismatch = s->mismatch;
       }
-      meta = std::max(meta, s->metadata_max[epoch]);
-      s->metadata_max.erase(epoch);
-      mismatch = s->mismatch;
+      accept_all(arrivals);
+      if (mismatch) {
+        detail::fail(MDSM_ERR_MISMATCH, "barrier #", id_, ": an arrival came from a rank that is not a participant "
+                     "or that counts a different number of participants");
+      }
+      const std::uint64_t threshold = gc_threshold();
+      collect = global && threshold != 0 && meta > threshold;
+      const departure d{epoch, collect ? 1u : 0u, 0};
+      for (int r : s->members)
+        if (r != me) send(r, sv.h_barrier_depart, payload_builder(id_, op_depart).put(d).bytes(), annotation::release);
+    } else {
+      op.about("barrier", id_, s->manager, "its manager, which answers once every participant arrived");
+      const arrival a{epoch, static_cast<std::uint32_t>(n), 0, my_metadata()};
+      send(s->manager, sv.h_barrier_arrive, payload_builder(id_, op_arrive).put(a).bytes(), annotation::release_nt);
+      bool departed = false;
+      wait_until([&] {
+        std::lock_guard lk(s->mu);
+        departed = static_cast<bool>(s->depart);
+        return departed || s->abandoned();
+      });
+      if (!departed) s->fail_destroyed("barrier::arrive_and_wait");
+      stored_message d;
+      {
+        std::lock_guard lk(s->mu);
+        d = std::move(s->depart);
+        collect = s->collect;
+      }
+      d.accept();
     }
-    accept_all(arrivals);
-    if (mismatch) {
-      detail::fail(MDSM_ERR_MISMATCH, "barrier #", id_, ": an arrival came from a rank that is not a participant "
-                   "or that counts a different number of participants");
-    }
-    const std::uint64_t threshold = gc_threshold();
-    collect = global && threshold != 0 && meta > threshold;
-    const departure d{epoch, collect ? 1u : 0u, 0};
-    for (int r : s->members)
-      if (r != me) send(r, sv.h_barrier_depart, payload_builder(id_, op_depart).put(d).bytes(), annotation::release);
-  } else {
-    const arrival a{epoch, static_cast<std::uint32_t>(n), 0, my_metadata()};
-    send(s->manager, sv.h_barrier_arrive, payload_builder(id_, op_arrive).put(a).bytes(), annotation::release_nt);
-    bool departed = false;
-    wait_until([&] {
-      std::lock_guard lk(s->mu);
-      departed = static_cast<bool>(s->depart);
-      return departed || s->abandoned();
-    });
-    if (!departed) s->fail_destroyed("barrier::arrive_and_wait");
-    stored_message d;
     {
       std::lock_guard lk(s->mu);
-      d = std::move(s->depart);
-      collect = s->collect;
+      ++s->epoch;
+      s->in_barrier = false;
     }
-    d.accept();
-  }
-  {
-    std::lock_guard lk(s->mu);
-    ++s->epoch;
-    s->in_barrier = false;
-  }
+    return collect;
+  });
   if (collect) gc();
 }
 

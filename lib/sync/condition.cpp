@@ -122,43 +122,46 @@ condition_variable::~condition_variable() {
 
 void condition_variable::wait(mutex& m) {
   operation op("condition_variable::wait");
-  op.about("condition_variable", id_);
   if (!m.held())
     detail::fail(MDSM_ERR_NOT_HELD, "condition_variable::wait: mutex #", m.id(),
                  " is not held by this rank; lock it before waiting");
   auto s = state_of(id_);
   services& sv = current();
-  // The answer comes from the manager, after its ack from whoever notifies.
-  op.subject().peer = s->manager;
-  op.subject().peer_role = "its manager, which wakes waiters when notified";
   {
     std::lock_guard lk(s->mu);
     if (s->phase != 0)
       detail::fail(MDSM_ERR_BUSY, "condition_variable #", id_, ": another thread of rank ", sv.rank(),
                    " already waits on it");
     s->phase = 1;
-    if (s->manager == sv.rank()) {
-      s->waiters.push_back(sv.rank());
-      s->phase = 2;
-    } else {
-      send(s->manager, sv.h_cond_wait, payload_builder(id_, op_wait).bytes(), annotation::request);
+  }
+  const auto forget = [&] {
+    std::lock_guard lk(s->mu);
+    s->phase = 0;
+  };
+  undo_if_throws(forget, [&] {
+    // The answers come from the manager: its ack, then its wake-up when someone notifies.
+    op.about("condition_variable", id_, s->manager, "its manager, which wakes waiters when notified");
+    {
+      std::lock_guard lk(s->mu);
+      if (s->manager == sv.rank()) {
+        s->waiters.push_back(sv.rank());
+        s->phase = 2;
+      } else {
+        send(s->manager, sv.h_cond_wait, payload_builder(id_, op_wait).bytes(), annotation::request);
+      }
     }
-  }
-  undo_on_throw forget([&] {
-    std::lock_guard lk(s->mu);
-    s->phase = 0;
+    if (!wait_phase(*s, 2)) s->fail_destroyed("condition_variable::wait");
+    m.unlock();
+    if (!wait_phase(*s, 3)) {
+      m.lock();  // returns with the mutex held, as it would have (or fails if it is gone as well)
+      s->fail_destroyed("condition_variable::wait");
+    }
+    {
+      std::lock_guard lk(s->mu);
+      s->phase = 0;
+    }
+    m.lock();
   });
-  if (!wait_phase(*s, 2)) s->fail_destroyed("condition_variable::wait");
-  m.unlock();
-  if (!wait_phase(*s, 3)) {
-    m.lock();  // returns with the mutex held, as it would have (or fails if it is gone as well)
-    s->fail_destroyed("condition_variable::wait");
-  }
-  {
-    std::lock_guard lk(s->mu);
-    s->phase = 0;
-  }
-  m.lock();
 }
 
 void condition_variable::notify_one() {

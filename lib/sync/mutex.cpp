@@ -243,7 +243,6 @@ mutex::~mutex() {
 void mutex::lock() {
   operation op("mutex::lock");
   auto s = state_of(id_);
-  op.about("mutex", id_, s->manager, "its manager, which passes the request to the holder");
   {
     std::lock_guard lk(s->mu);
     if (s->held && s->owner_thread == std::this_thread::get_id())
@@ -253,92 +252,89 @@ void mutex::lock() {
   acquire_local_owner(*s);
   // Failing before the lock is ours (another rank destroyed it, a malformed grant): forget the
   // request and let this rank's threads lock again.
-  bool locked = false;
-  undo_on_throw forget([&] {
-    if (locked) return;
+  const auto forget = [&] {
     std::lock_guard lk(s->mu);
     s->waiting = false;
     s->local_owner.store(false, std::memory_order_release);
-  });
-  // Deliver requests that already arrived before re-taking a cached token: otherwise a rank
-  // that locks in a loop could keep the lock from a forwarded request forever.
-  poll();
-  std::unique_lock lk(s->mu);
-  if (s->free_here()) {
-    accept_returned_locked(*s, lk);
+  };
+  undo_if_throws(forget, [&] {
+    // Deliver requests that already arrived before re-taking a cached token: otherwise a rank
+    // that locks in a loop could keep the lock from a forwarded request forever.
+    poll();
+    std::unique_lock lk(s->mu);
+    if (s->free_here()) {
+      accept_returned_locked(*s, lk);
+      s->held = true;
+      s->owner_thread = std::this_thread::get_id();
+      return;
+    }
+    s->waiting = true;
+    services& sv = current();
+    if (s->manager == sv.rank()) {
+      // The manager asks the previous requester itself: that is whose answer it waits for.
+      if (s->last != sv.rank()) op.about("mutex", id_, s->last, "the rank that asked for it before, which passes it on");
+      else op.about("mutex", id_);
+      manager_request_locked(*s, sv.rank(), false, nullptr);
+    } else {
+      op.about("mutex", id_, s->manager, "its manager, which passes the request to the holder");
+      send(s->manager, sv.h_mutex_request, payload_builder(id_, op_acquire).bytes(), annotation::request);
+    }
+    lk.unlock();
+    take_arrived(*s, "mutex::lock");
+    lk.lock();
+    s->waiting = false;
+    s->token = true;
     s->held = true;
     s->owner_thread = std::this_thread::get_id();
-    locked = true;
-    return;
-  }
-  s->waiting = true;
-  services& sv = current();
-  if (s->manager == sv.rank()) {
-    // The manager asks the previous requester itself: that is whose answer it waits for.
-    if (s->last != sv.rank()) op.about("mutex", id_, s->last, "the rank that asked for it before, which passes it on");
-    manager_request_locked(*s, sv.rank(), false, nullptr);
-  } else {
-    send(s->manager, sv.h_mutex_request, payload_builder(id_, op_acquire).bytes(), annotation::request);
-  }
-  lk.unlock();
-  take_arrived(*s, "mutex::lock");
-  lk.lock();
-  s->waiting = false;
-  s->token = true;
-  s->held = true;
-  s->owner_thread = std::this_thread::get_id();
-  locked = true;
+  });
 }
 
 bool mutex::try_lock() {
   operation op("mutex::try_lock");
   auto s = state_of(id_);
-  op.about("mutex", id_, s->manager, "its manager, which passes the request to the holder");
   bool expected = false;
   if (!s->local_owner.compare_exchange_strong(expected, true, std::memory_order_acquire)) return false;
-  bool decided = false;  // locked, or let go of local_owner
-  undo_on_throw forget([&] {
-    if (decided) return;
+  const auto forget = [&] {
     std::lock_guard lk(s->mu);
     s->trying = false;
     s->try_result = 0;
     s->local_owner.store(false, std::memory_order_release);
+  };
+  return undo_if_throws(forget, [&] {
+    std::unique_lock lk(s->mu);
+    if (s->free_here()) {
+      accept_returned_locked(*s, lk);
+      s->held = true;
+      s->owner_thread = std::this_thread::get_id();
+      return true;
+    }
+    if (s->token || s->lent) {  // held here, or lent out: not free without waiting
+      s->local_owner.store(false, std::memory_order_release);
+      return false;
+    }
+    s->trying = true;
+    s->try_result = 0;
+    services& sv = current();
+    op.about("mutex", id_, s->manager, "its manager, which passes the request to the holder");
+    if (s->manager == sv.rank())
+      manager_request_locked(*s, sv.rank(), true, nullptr);
+    else
+      send(s->manager, sv.h_mutex_request, payload_builder(id_, op_try).bytes(), annotation::request);
+    lk.unlock();
+    take_arrived(*s, "mutex::try_lock");
+    lk.lock();
+    const bool got = s->try_result == 1;
+    s->trying = false;
+    s->try_result = 0;
+    if (got) {
+      s->token = true;
+      s->held = true;
+      s->owner_thread = std::this_thread::get_id();
+    } else {
+      s->local_owner.store(false, std::memory_order_release);
+    }
+    return got;
   });
-  std::unique_lock lk(s->mu);
-  if (s->free_here()) {
-    accept_returned_locked(*s, lk);
-    s->held = true;
-    s->owner_thread = std::this_thread::get_id();
-    decided = true;
-    return true;
-  }
-  if (s->token || s->lent) {  // held here, or lent out: not free without waiting
-    s->local_owner.store(false, std::memory_order_release);
-    decided = true;
-    return false;
-  }
-  s->trying = true;
-  s->try_result = 0;
-  services& sv = current();
-  if (s->manager == sv.rank())
-    manager_request_locked(*s, sv.rank(), true, nullptr);
-  else
-    send(s->manager, sv.h_mutex_request, payload_builder(id_, op_try).bytes(), annotation::request);
-  lk.unlock();
-  take_arrived(*s, "mutex::try_lock");
-  lk.lock();
-  const bool got = s->try_result == 1;
-  s->trying = false;
-  s->try_result = 0;
-  if (got) {
-    s->token = true;
-    s->held = true;
-    s->owner_thread = std::this_thread::get_id();
-  } else {
-    s->local_owner.store(false, std::memory_order_release);
-  }
-  decided = true;
-  return got;
 }
 
 void mutex::unlock() {

@@ -95,7 +95,6 @@ void request_locked(semaphore_state& s, int requester, bool is_try) {
 bool acquire_impl(operation& op, std::uint32_t id, bool is_try) {
   auto s = state_of(id);
   services& sv = current();
-  op.about("semaphore", id, s->manager, "its manager, which hands out permits");
   {
     std::lock_guard lk(s->mu);
     if (s->acquiring)
@@ -103,38 +102,41 @@ bool acquire_impl(operation& op, std::uint32_t id, bool is_try) {
     s->acquiring = true;
     s->result = 0;
   }
-  undo_on_throw forget([&] {
+  const auto forget = [&] {
     std::lock_guard lk(s->mu);
     s->acquiring = false;
     s->result = 0;
+  };
+  return undo_if_throws(forget, [&] {
+    op.about("semaphore", id, s->manager, "its manager, which hands out permits");
+    {
+      std::lock_guard lk(s->mu);
+      if (s->manager == sv.rank())
+        request_locked(*s, sv.rank(), is_try);
+      else
+        send(s->manager, sv.h_sem_acquire, payload_builder(id, is_try ? op_try : op_acquire).bytes(),
+             annotation::request);
+    }
+    wait_until([&] {
+      std::lock_guard lk(s->mu);
+      return s->result != 0 || s->abandoned();
+    });
+    {
+      std::lock_guard lk(s->mu);
+      if (s->result == 0) s->fail_destroyed(is_try ? "semaphore::try_acquire" : "semaphore::acquire");
+    }
+    stored_message permit;
+    bool ok;
+    {
+      std::lock_guard lk(s->mu);
+      permit = std::move(s->arrived);
+      ok = s->result == 1;
+      s->acquiring = false;
+      s->result = 0;
+    }
+    if (permit) permit.accept();
+    return ok;
   });
-  {
-    std::lock_guard lk(s->mu);
-    if (s->manager == sv.rank())
-      request_locked(*s, sv.rank(), is_try);
-    else
-      send(s->manager, sv.h_sem_acquire, payload_builder(id, is_try ? op_try : op_acquire).bytes(),
-           annotation::request);
-  }
-  wait_until([&] {
-    std::lock_guard lk(s->mu);
-    return s->result != 0 || s->abandoned();
-  });
-  {
-    std::lock_guard lk(s->mu);
-    if (s->result == 0) s->fail_destroyed(is_try ? "semaphore::try_acquire" : "semaphore::acquire");
-  }
-  stored_message permit;
-  bool ok;
-  {
-    std::lock_guard lk(s->mu);
-    permit = std::move(s->arrived);
-    ok = s->result == 1;
-    s->acquiring = false;
-    s->result = 0;
-  }
-  if (permit) permit.accept();
-  return ok;
 }
 
 }  // namespace

@@ -26,10 +26,10 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
-#include <exception>
 #include <memory>
 #include <mutex>
 #include <span>
+#include <string>
 #include <type_traits>
 #include <unordered_map>
 #include <vector>
@@ -203,8 +203,8 @@ void require_application_thread(const char* what);
 // recorded earlier (lib/common/deferred.hpp) is thrown when the operation starts, before it
 // changes anything; from then on such errors are held, so its sends, accepts and waits do not
 // throw them halfway (which left objects marked busy and other ranks waiting forever), and the
-// next call reports them. It also names what its waits are for, for the failure detector
-// (about(); common/wait_subject.hpp).
+// next call reports them. Before it waits for another rank it names what for (about()), for the
+// failure detector's report (common/wait_subject.hpp); fast paths that do not wait name nothing.
 //
 // mutex::unlock does not report an earlier error: it runs in destructors (std::lock_guard), where
 // a throw ends the program, and one thrown before it unlocked would keep the lock from every rank.
@@ -215,15 +215,22 @@ class operation {
     non_blocking,  // reports an earlier error
     releasing,     // reports nothing (unlock)
   };
-  explicit operation(const char* what, entry_kind k = blocking) : entry_(what, k) { subject_.what = what; }
-  // The object the operation waits on, and the rank whose answer it waits for (-1: none).
-  void about(const char* object, std::uint32_t id, int peer = -1, const char* peer_role = nullptr) {
-    subject_.object = object;
-    subject_.id = id;
-    subject_.peer = peer;
-    subject_.peer_role = peer_role;
+  explicit operation(const char* what, entry_kind k = blocking) : entry_(what, k), what_(what) {}
+  ~operation() {
+    if (named_) detail::t_wait_subject = named_subject_.s.outer;
   }
-  detail::wait_subject& subject() { return subject_; }
+  operation(const operation&) = delete;
+  operation& operator=(const operation&) = delete;
+
+  // The object the operation is about to wait on, the rank whose answer it waits for (-1: none)
+  // and that rank's role; `detail` adds what only the report needs. May be called again.
+  void about(const char* object, std::uint32_t id, int peer = -1, const char* peer_role = nullptr,
+             std::string (*detail)(const void*) = nullptr, const void* detail_ctx = nullptr) {
+    const detail::wait_subject* outer = named_ ? named_subject_.s.outer : detail::t_wait_subject;
+    std::construct_at(&named_subject_.s, detail::wait_subject{what_, object, id, peer, peer_role, detail, detail_ctx, outer});
+    detail::t_wait_subject = &named_subject_.s;
+    named_ = true;
+  }
 
  private:
   struct entry {
@@ -234,26 +241,28 @@ class operation {
   };
   entry entry_;  // first: checks before the hold begins
   detail::hold_deferred hold_;
-  detail::wait_subject subject_;
-  detail::waiting_for waiting_{subject_};
+  const char* what_;
+  bool named_ = false;
+  // Constructed by about(); until then raw storage, so fast paths that never wait pay nothing
+  // for it (wait_subject is trivially destructible).
+  union subject_storage {
+    subject_storage() {}
+    detail::wait_subject s;
+  } named_subject_;
 };
 
-// Runs `undo` if the scope is left by an exception, so a call that fails halfway leaves its
+// Runs body(); if it throws, runs undo() and rethrows, so a call that fails halfway leaves its
 // object usable (not marked entered or requested, its local owner free) for the next call.
-template <class F>
-class undo_on_throw {
- public:
-  explicit undo_on_throw(F undo) : undo_(std::move(undo)), exceptions_(std::uncaught_exceptions()) {}
-  ~undo_on_throw() {
-    if (std::uncaught_exceptions() > exceptions_) undo_();
+// try/catch rather than a guard object: nothing to pay on the path that does not throw.
+template <class Undo, class Body>
+decltype(auto) undo_if_throws(Undo&& undo, Body&& body) {
+  try {
+    return body();
+  } catch (...) {
+    undo();
+    throw;
   }
-  undo_on_throw(const undo_on_throw&) = delete;
-  undo_on_throw& operator=(const undo_on_throw&) = delete;
-
- private:
-  F undo_;
-  int exceptions_;
-};
+}
 
 // A work-queue item popped by this rank that its caller could not take (wrong size): the next
 // pop on this rank returns it (work_queue.cpp).

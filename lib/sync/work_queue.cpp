@@ -155,7 +155,6 @@ void work_queue::push(std::span<const std::byte> item) {
 std::optional<std::vector<std::byte>> work_queue::pop() {
   operation op("work_queue::pop");
   auto s = state_of(id_);
-  op.about("work_queue", id_, s->manager, "its manager, which hands out items");
   services& sv = current();
   {
     std::lock_guard lk(s->mu);
@@ -169,38 +168,41 @@ std::optional<std::vector<std::byte>> work_queue::pop() {
     s->popping = true;
     s->result = 0;
   }
-  undo_on_throw forget([&] {
+  const auto forget = [&] {
     std::lock_guard lk(s->mu);
     s->popping = false;
     s->result = 0;
-  });
-  {
-    std::lock_guard lk(s->mu);
-    if (s->manager == sv.rank()) {
-      s->waiters.push_back(sv.rank());
-      match_locked(*s);
-    } else {
-      send(s->manager, sv.h_queue_pop, payload_builder(id_, op_pop).bytes(), annotation::request);
+  };
+  return undo_if_throws(forget, [&]() -> std::optional<std::vector<std::byte>> {
+    op.about("work_queue", id_, s->manager, "its manager, which hands out items");
+    {
+      std::lock_guard lk(s->mu);
+      if (s->manager == sv.rank()) {
+        s->waiters.push_back(sv.rank());
+        match_locked(*s);
+      } else {
+        send(s->manager, sv.h_queue_pop, payload_builder(id_, op_pop).bytes(), annotation::request);
+      }
     }
-  }
-  wait_until([&] {
-    std::lock_guard lk(s->mu);
-    return s->result != 0 || s->abandoned();
+    wait_until([&] {
+      std::lock_guard lk(s->mu);
+      return s->result != 0 || s->abandoned();
+    });
+    stored_message item;
+    {
+      std::lock_guard lk(s->mu);
+      if (s->result == 0) s->fail_destroyed("work_queue::pop");
+      item = std::move(s->arrived);
+      s->popping = false;
+      s->result = 0;
+    }
+    if (!item) return std::nullopt;
+    item.accept();
+    payload_reader in(item.payload());
+    in.get<header>();
+    const auto rest = in.rest();
+    return std::vector<std::byte>(rest.begin(), rest.end());
   });
-  stored_message item;
-  {
-    std::lock_guard lk(s->mu);
-    if (s->result == 0) s->fail_destroyed("work_queue::pop");
-    item = std::move(s->arrived);
-    s->popping = false;
-    s->result = 0;
-  }
-  if (!item) return std::nullopt;
-  item.accept();
-  payload_reader in(item.payload());
-  in.get<header>();
-  const auto rest = in.rest();
-  return std::vector<std::byte>(rest.begin(), rest.end());
 }
 
 void work_queue::check_item_size(std::vector<std::byte>& item, std::size_t want) {

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Cross-host test: the multi-rank test suite and two applications across 4 hosts (network
+# Cross-host test: the multi-rank test suite, every application and the failure detector across 4 hosts (network
 # namespaces joined by a bridge, Open MPI over TCP only), using the workplace's netns-cluster
 # script. Skipped (exit 77) when it cannot run here: not root, no netns-cluster, or namespaces
 # not permitted.
@@ -53,6 +53,20 @@ run() {
   status=1
 }
 run -n 4 "$build/test/mpi_tests"
+# Every application, its hybrid version (locks or barriers, messages with pointers, faults).
 run -n 3 "$build/apps/water/water" --version=hybrid --quick
 run -n 4 "$build/apps/quicksort/quicksort" --version=hybrid1 --quick
+run -n 4 "$build/apps/tsp/tsp" --version=hybrid --quick
+run -n 4 "$build/apps/matmul/matmul" --version=hybrid --quick
+run -n 4 "$build/apps/apsp/apsp" --version=hybrid --quick
+run -n 4 "$build/apps/sor/sor" --version=hybrid --quick
+# The failure detector across hosts: a stopped rank ends the job (status 75) with a report.
+echo "== failure detector: a rank stopped before a barrier"
+timeout 120 "$cluster" mpirun -x MDSM_WAIT_DEADLINE_S=3 -n 4 "$build/test/stopped_rank" barrier >"$out" 2>&1
+detector=$?
+cat "$out"
+if ((detector != 75)) || ! grep -q "has waited .* for barrier::arrive_and_wait" "$out"; then
+  echo "FAILED across hosts: the failure detector (exit status $detector, 75 expected, and a report)"
+  status=1
+fi
 exit $status

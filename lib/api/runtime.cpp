@@ -3,6 +3,7 @@
 #include "common/check.hpp"
 #include "common/deferred.hpp"
 #include "common/env.hpp"
+#include "common/wait_subject.hpp"
 #include "messages/current.hpp"
 #include "stats/report.hpp"
 
@@ -20,7 +21,10 @@ std::unique_ptr<runtime> g_runtime;
 // Frames up to this size travel in the preposted receive ring; larger ones are announced.
 std::size_t inline_frame_max(std::size_t unit) { return std::max<std::size_t>(16 * 1024, unit + 1024); }
 
-void wait_request(net::progress& p, MPI_Request& req) {
+// Waits for a collective of every rank; `what` names it for the failure detector's report.
+void wait_request(net::progress& p, MPI_Request& req, const char* what) {
+  detail::wait_subject subject{.what = what};
+  detail::waiting_for waiting(subject);
   p.wait_until([&] {
     int done = 0;
     MPI_Test(&req, &done, MPI_STATUS_IGNORE);
@@ -163,7 +167,7 @@ void finalize() {
     std::uint64_t local[2] = {r.transport->frames_sent(), r.transport->frames_received()}, global[2];
     MPI_Request req;
     MPI_Iallreduce(local, global, 2, MPI_UINT64_T, MPI_SUM, r.transport->collective_comm(), &req);
-    detail::wait_request(*r.progress, req);
+    detail::wait_request(*r.progress, req, "finalize (collective: every rank calls it)");
     if (global[0] == global[1] && global[0] == previous[0] && global[1] == previous[1]) break;
     previous[0] = global[0];
     previous[1] = global[1];
@@ -269,7 +273,7 @@ std::map<std::string, std::uint64_t> statistics_total() {
   MPI_Request req;
   MPI_Iallreduce(mine.data(), sum.data(), static_cast<int>(stats::k_counters), MPI_UINT64_T, MPI_SUM,
                  r.transport->collective_comm(), &req);
-  detail::wait_request(*r.progress, req);
+  detail::wait_request(*r.progress, req, "statistics_total (collective: every rank calls it)");
   std::map<std::string, std::uint64_t> out;
   for (unsigned i = 0; i < stats::k_counters; ++i) out.emplace(std::string(stats::name(static_cast<stats::counter>(i))), sum[i]);
   return out;

@@ -2,6 +2,7 @@
 #include "messages/current.hpp"
 
 #include "common/deferred.hpp"
+#include "common/wait_subject.hpp"
 #include "stats/counters.hpp"
 
 namespace mdsm {
@@ -80,6 +81,14 @@ handler_id endpoint::register_handler(std::string_view name, handler_fn fn) {
   std::vector<std::uint32_t> all(2 * static_cast<std::size_t>(transport_.size()));
   MPI_Request req;
   MPI_Iallgather(mine, 2, MPI_UINT32_T, all.data(), 2, MPI_UINT32_T, transport_.collective_comm(), &req);
+  // A rank that registers a handler the others do not waits here for ever: the failure
+  // detector's report names the handler.
+  const std::string named(name);
+  detail::wait_subject subject{.what = "register_handler (collective: every rank registers the same handlers in the "
+                                       "same order)",
+                               .detail = [](const void* n) { return "handler '" + *static_cast<const std::string*>(n) + "'"; },
+                               .detail_ctx = &named};
+  detail::waiting_for waiting(subject);
   progress_.wait_until([&] {
     int done = 0;
     MPI_Test(&req, &done, MPI_STATUS_IGNORE);

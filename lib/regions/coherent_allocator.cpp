@@ -1,6 +1,7 @@
 #include "regions/coherent_allocator.hpp"
 
 #include "common/check.hpp"
+#include "common/wait_subject.hpp"
 
 #include <cstring>
 
@@ -95,6 +96,10 @@ void coherent_allocator::collective_check(std::uint64_t value, const char* what)
   std::uint64_t mine[2] = {value, ~value}, out[2];
   MPI_Request req;
   MPI_Iallreduce(mine, out, 2, MPI_UINT64_T, MPI_MAX, endpoint_.transport().collective_comm(), &req);
+  detail::wait_subject subject{.what = what, .object = nullptr, .id = 0, .peer = -1,
+                               .peer_role = nullptr,
+                               .detail = [](const void*) { return std::string("a collective call: every rank makes it"); }};
+  detail::waiting_for waiting(subject);
   endpoint_.progress().wait_until([&] {
     int done = 0;
     MPI_Test(&req, &done, MPI_STATUS_IGNORE);

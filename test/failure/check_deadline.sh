@@ -35,6 +35,10 @@ expect_detected lock 2 "rank 0 has waited .* for mutex::lock: mutex #1, an answe
 expect_detected page 2 "rank 0 has waited .* for the writes (diffs) of coherent memory this rank touched: unit #" \
   "no reply yet from rank(s) 1"
 
+# A collective call made by one rank only: its report names the call (the other ranks' reports,
+# which name their own step, may be cut short by the abort).
+expect_detected handler 2 "rank 0 has waited .* for register_handler (collective: .*handler 'only.on.rank.zero'"
+
 start=$SECONDS
 MDSM_WAIT_DEADLINE_S=10 SLOW_MS=2500 timeout 60 "$mdsmrun" -n 2 "$prog" slow >"$out" 2>&1 ||
   fail "slow: a rank stopped for 2.5 s was ended with a 10 s deadline"

@@ -3,6 +3,8 @@
 //   barrier  the last rank stops before a barrier the others enter
 //   lock     the last rank stops holding a mutex rank 0 then locks
 //   page     the last rank stops after writing coherent memory rank 0 then reads
+//   handler  rank 0 registers a handler no other rank registers (a collective call made by one
+//            rank only: before, Open MPI aborted with MPI_ERR_TRUNCATE or the job hung unnamed)
 //   slow     the last rank stops for SLOW_MS (default 2500) ms and is resumed by rank 0; the job
 //            must finish normally (a slow rank is not a failed one)
 // In the first three the failure detector must end the job (MDSM_WAIT_DEADLINE_S, set by the
@@ -73,6 +75,10 @@ int main(int argc, char** argv) {
     if (me == last) stop_for_good();
     if (me == 0) std::printf("NOT DETECTED: rank 0 read %ld\n", data[1000]);
     world_barrier();
+  } else if (std::strcmp(mode, "handler") == 0) {
+    if (me == 0) mdsm::register_handler("only.on.rank.zero", [](mdsm::message&) {});
+    mdsm::barrier other;  // the other ranks' next collective step
+    std::printf("NOT DETECTED: rank %d went on\n", me);
   } else if (std::strcmp(mode, "slow") == 0) {
     const char* ms = std::getenv("SLOW_MS");
     const int slow_ms = ms ? std::atoi(ms) : 2500;
@@ -94,7 +100,7 @@ int main(int argc, char** argv) {
     }
     if (me == 0) std::printf("slow rank tolerated\n");
   } else {
-    std::fprintf(stderr, "usage: stopped_rank barrier|lock|page|slow\n");
+    std::fprintf(stderr, "usage: stopped_rank barrier|lock|page|handler|slow\n");
     return 2;
   }
   mdsm::finalize();

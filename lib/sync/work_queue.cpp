@@ -13,6 +13,16 @@
 // Per-sender order makes this exact for items pushed by application threads: a rank's pushes
 // reach the manager before its own pop request does. (Items pushed from message handlers are
 // not covered: a handler's push could still be in flight.)
+//
+// Fair turns. The manager's own pop is served in place, a remote rank's costs it a round trip,
+// so with items that take no time the manager took ~99.99% of them. Now the manager's pop waits
+// its turn: while a rank that popped this round has been served fewer items than the manager
+// and its next request is not in yet, the manager waits -- for at most twice that rank's last
+// turnaround (from our forwarding its item to its next request arriving; 200 us to 1 ms). A rank
+// that stays away longer has stopped popping for now and counts as inactive until its next
+// request. With costly items the requests are in by the time the manager pops again and nobody
+// waits; with free ones the ranks take turns. Not for lifo_local, whose point is that each rank
+// gets its own items first.
 #include "sync/services.hpp"
 
 #include "sync/handlers.hpp"
@@ -31,7 +41,13 @@ enum op : std::uint32_t { op_push = 1, op_pop = 2, op_done = 3 };
 
 struct queue_state final : object {
   queue_state(std::uint32_t id_, kind k_, int manager_, work_queue::order o)
-      : object(id_, k_, manager_), order(o) {}
+      : object(id_, k_, manager_),
+        order(o),
+        served(static_cast<std::size_t>(current().size())),
+        forwarded_ns(served.size()),
+        turnaround_ns(served.size(), k_first_turnaround_ns),
+        active(served.size(), true) {}
+  static constexpr std::int64_t k_first_turnaround_ns = 100'000;  // until one is measured
   const work_queue::order order;
   // Manager (guarded by mu).
   std::deque<stored_message> items;
@@ -39,6 +55,14 @@ struct queue_state final : object {
   // The manager's own pushes still on their way to it (they travel as messages, its own pop is
   // handled in place, so per-sender order does not cover them): termination waits for them.
   int own_pushes_in_flight = 0;
+  // Manager, fair turns (guarded by mu; per rank, reset every round).
+  std::vector<std::uint64_t> served;       // items delivered to each rank this round
+  std::vector<std::int64_t> forwarded_ns;  // when the last one was sent to it (0: none yet)
+  std::vector<std::int64_t> turnaround_ns;  // from that to its next request, last measured
+  // Expected to pop: every rank at the start of a round (a round ends only when all pop), until
+  // it stays away past its patience; again when its next request arrives.
+  std::vector<bool> active;
+  std::int64_t round_start_ns = 0;  // the manager's first pop of the round (0: none yet)
   // Consumer (guarded by mu).
   bool popping = false;
   int result = 0;  // 0 pending, 1 item, 2 done
@@ -56,10 +80,12 @@ std::shared_ptr<queue_state> state_of(std::uint32_t id) { return current().find<
 
 void deliver_locked(queue_state& s, int to, stored_message item) {
   services& sv = current();
+  ++s.served[static_cast<std::size_t>(to)];
   if (to == sv.rank()) {
     s.arrived = std::move(item);
     s.result = 1;
   } else {
+    s.forwarded_ns[static_cast<std::size_t>(to)] = object::now_ns();
     item.forward(to);
   }
 }
@@ -73,6 +99,51 @@ void finish_round_locked(queue_state& s) {
       send(w, sv.h_queue_reply, payload_builder(s.id, op_done).bytes(), annotation::none);
   }
   s.waiters.clear();
+  std::fill(s.served.begin(), s.served.end(), 0);
+  std::fill(s.forwarded_ns.begin(), s.forwarded_ns.end(), 0);
+  std::fill(s.active.begin(), s.active.end(), true);
+  s.round_start_ns = 0;
+}
+
+// Manager: is some rank that pops this round behind the manager, its next request not in yet,
+// and still within its patience (see "Fair turns")? Marks a rank past it inactive (mu held).
+bool someone_behind_locked(queue_state& s, int me) {
+  if (s.items.empty()) return false;  // nothing to take now: the manager's pop waits in line
+  const std::int64_t now = object::now_ns();
+  if (s.round_start_ns == 0) s.round_start_ns = now;
+  const std::uint64_t mine = s.served[static_cast<std::size_t>(me)];
+  for (std::size_t r = 0; r < s.served.size(); ++r) {
+    if (static_cast<int>(r) == me || !s.active[r] || s.served[r] >= mine) continue;
+    // Patience: twice its last turnaround, at least 200 us (a rank of an oversubscribed host may
+    // wait a while for a core), at most 1 ms (a rank that takes longer computes: it is not
+    // starved, and waiting for it would only idle the manager). A rank not served yet this
+    // round is waited for from the manager's first pop: its first request may be on its way.
+    const std::int64_t patience = std::clamp<std::int64_t>(2 * s.turnaround_ns[r], 200'000, 1'000'000);
+    const std::int64_t since = s.forwarded_ns[r] != 0 ? s.forwarded_ns[r] : s.round_start_ns;
+    if (now - since > patience) {
+      s.active[r] = false;  // it stopped popping for now; its next request makes it active again
+      continue;
+    }
+    return true;
+  }
+  return false;
+}
+
+// The manager's pop waits its turn (application thread). It first delivers the requests that
+// already arrived: served in place, its pops need no progress, and the progress thread may not
+// get the core while the application pops.
+void wait_turn(queue_state& s, int me) {
+  // lifo_local hands each rank its own items first: locality, not turns, decides who gets what.
+  if (s.order == work_queue::order::lifo_local) return;
+  poll();
+  {
+    std::lock_guard lk(s.mu);
+    if (!someone_behind_locked(s, me)) return;
+  }
+  wait_until([&] {
+    std::lock_guard lk(s.mu);
+    return !someone_behind_locked(s, me);
+  });
 }
 
 // Manager: matches stored items with waiters, then checks for termination (mu held).
@@ -115,6 +186,9 @@ void on_queue_pop(message& m) {
   payload_reader in(m.payload());
   auto s = state_of(in.get<header>().id);
   std::lock_guard lk(s->mu);
+  const auto r = static_cast<std::size_t>(m.origin());
+  if (s->forwarded_ns[r] != 0) s->turnaround_ns[r] = object::now_ns() - s->forwarded_ns[r];
+  s->active[r] = true;
   s->waiters.push_back(m.origin());
   match_locked(*s);
 }
@@ -175,6 +249,7 @@ std::optional<std::vector<std::byte>> work_queue::pop() {
   };
   return undo_if_throws(forget, [&]() -> std::optional<std::vector<std::byte>> {
     op.about("work_queue", id_, s->manager, "its manager, which hands out items");
+    if (s->manager == sv.rank()) wait_turn(*s, sv.rank());
     {
       std::lock_guard lk(s->mu);
       if (s->manager == sv.rank()) {

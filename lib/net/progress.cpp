@@ -158,6 +158,10 @@ void progress::deadline_passed(std::uint64_t waited_ticks) {
                transport_.rank(), waited_s, detail::describe_wait(transport_.rank()).c_str(),
                static_cast<double>(cfg_.wait_deadline_ns) / 1e9);
   std::fflush(stderr);
+  // Ranks whose deadlines pass at about the same time (each waiting for another side of the
+  // same mismatch) report too before the abort ends them: together the reports say who waited
+  // for what.
+  std::this_thread::sleep_for(std::chrono::seconds(1));
   MPI_Abort(transport_.collective_comm(), k_deadline_exit_code);
   std::abort();  // MPI_Abort does not return; if it did, this process must not go on
 }

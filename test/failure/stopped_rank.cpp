@@ -73,6 +73,8 @@ int main(int argc, char** argv) {
     if (me == last) data[1000] = 42;  // unit of rank last's writes only
     b.arrive_and_wait();
     if (me == last) stop_for_good();
+    // Read once the writer has surely stopped (it could serve the read while leaving the barrier).
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
     if (me == 0) std::printf("NOT DETECTED: rank 0 read %ld\n", data[1000]);
     world_barrier();
   } else if (std::strcmp(mode, "handler") == 0) {

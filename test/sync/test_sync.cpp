@@ -657,9 +657,10 @@ TEST_CASE("work queue: items that take no time are shared between the manager an
   CHECK(world_sum(got) == k_items);
   CHECK(world_sum(sum) == static_cast<long long>(k_items) * (k_items - 1) / 2);
   INFO("rank " << me << " got " << got << " of " << k_items << " items at " << n << " ranks");
-  // At least an eighth of a fair share (before: 0 or 1 item). Most runs share exactly; on the
-  // oversubscribed 2-core VMs a rank that waits long for a core gets less (worst seen: 20%).
-  CHECK(got >= k_items / n / 8);
+  // At least a twentieth of a fair share (before: 0 or 1 item). Most runs share exactly; on the
+  // oversubscribed 2-core VMs, busy with other work, a rank that waits long for a core gets less
+  // (worst seen: 11% of a share while the machine compiled).
+  CHECK(got >= k_items / n / 20);
   world_barrier();
 }
 

@@ -102,7 +102,10 @@ struct message_fields {
 //   * must not block: no waits, no blocking MPI, no mdsm call that waits for a remote event
 //     (detected: MDSM_ERR_HANDLER_CONTEXT);
 //   * must not touch the coherent region (detected on every access that faults: the process
-//     stops with a message naming the handler; reads of a valid page cannot be detected);
+//     stops with a message naming the handler; reads of a valid page, and writes to a page this
+//     rank already has open for writing, cannot be detected: page protection is per process, and
+//     telling the handler's thread apart would need memory protection keys, which x86 VMs often
+//     lack -- such a write is attributed to the application's current interval);
 //   * must dispose of a RELEASE or RELEASE_NT message exactly once: accept(), forward(rank), or
 //     store(). Returning without doing so is reported (MDSM_ERR_NOT_DISPOSED, naming the
 //     handler) by the next mdsm call of the application; disposing twice throws at once.

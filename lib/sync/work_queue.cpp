@@ -48,6 +48,7 @@ struct queue_state final : object {
         turnaround_ns(served.size(), k_first_turnaround_ns),
         active(served.size(), true) {}
   static constexpr std::int64_t k_first_turnaround_ns = 100'000;  // until one is measured
+  static constexpr std::int64_t k_first_patience_ns = 5'000'000;   // for a round's first request
   const work_queue::order order;
   // Manager (guarded by mu).
   std::deque<stored_message> items;
@@ -118,8 +119,11 @@ bool someone_behind_locked(queue_state& s, int me) {
     // wait a while for a core), at most 1 ms (a rank that takes longer computes: it is not
     // starved, and waiting for it would only idle the manager). A rank not served yet this
     // round is waited for from the manager's first pop: its first request may be on its way.
-    const std::int64_t patience = std::clamp<std::int64_t>(2 * s.turnaround_ns[r], 200'000, 1'000'000);
-    const std::int64_t since = s.forwarded_ns[r] != 0 ? s.forwarded_ns[r] : s.round_start_ns;
+    // Its first request of a round gets 5 ms: a rank of a busy host may be off its core longer.
+    const bool first = s.forwarded_ns[r] == 0;
+    const std::int64_t patience =
+        first ? queue_state::k_first_patience_ns : std::clamp<std::int64_t>(2 * s.turnaround_ns[r], 200'000, 1'000'000);
+    const std::int64_t since = first ? s.round_start_ns : s.forwarded_ns[r];
     if (now - since > patience) {
       s.active[r] = false;  // it stopped popping for now; its next request makes it active again
       continue;

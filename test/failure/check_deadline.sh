@@ -35,9 +35,9 @@ expect_detected lock 2 "rank 0 has waited .* for mutex::lock: mutex #1, an answe
 expect_detected page 2 "rank 0 has waited .* for the writes (diffs) of coherent memory this rank touched: unit #" \
   "no reply yet from rank(s) 1"
 
-# A collective call made by one rank only: its report names the call (the other ranks' reports,
-# which name their own step, may be cut short by the abort).
-expect_detected handler 2 "rank 0 has waited .* for register_handler (collective: .*handler 'only.on.rank.zero'"
+# A collective call made by one rank only: rank 0's report names the call, rank 1's its own
+# collective step (on a loaded machine mpirun may drop one of the two as the abort spreads).
+expect_detected handler 2 "has waited .* for \(register_handler (collective: .*handler 'only.on.rank.zero'\|every rank to reach the same collective step\)"
 
 start=$SECONDS
 MDSM_WAIT_DEADLINE_S=10 SLOW_MS=2500 timeout 60 "$mdsmrun" -n 2 "$prog" slow >"$out" 2>&1 ||

@@ -71,8 +71,8 @@ services::services(MPI_Comm comm) {
   h_queue_pop = register_handler("mdsm.sync.queue.pop", on_queue_pop);
   // A NONE message {id}: the sender is destroying object id; waits on it here end with an error.
   h_destroyed = register_handler("mdsm.sync.destroyed", [](message& m) {
-    payload_reader in(m.payload());
-    if (auto obj = current().find_if_present(in.get<header>().id)) obj->mark_destroyed(m.origin());
+    const auto [h] = read_payload<>(m.payload());
+    if (auto obj = current().find_if_present(h.id)) obj->mark_destroyed(m.origin());
   });
 }
 

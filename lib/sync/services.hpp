@@ -25,6 +25,7 @@
 #include <memory>
 #include <mutex>
 #include <span>
+#include <tuple>
 #include <type_traits>
 #include <unordered_map>
 #include <vector>
@@ -79,6 +80,18 @@ struct header {
   std::uint32_t id;
   std::uint32_t op;
 };
+// What a barrier arrival and departure carry after the header (barrier.cpp).
+struct barrier_arrival {
+  std::uint64_t epoch;
+  std::uint32_t participants;
+  std::uint32_t pad;
+  std::uint64_t metadata;
+};
+struct barrier_departure {
+  std::uint64_t epoch;
+  std::uint32_t collect;
+  std::uint32_t pad;
+};
 
 // Builds a payload: the header, then trivially copyable fields, then optional bytes.
 class payload_builder {
@@ -121,6 +134,15 @@ class payload_reader {
   std::span<const std::byte> p_;
   std::size_t at_ = 0;
 };
+
+// Decodes a payload laid out as the header, then Fields... (trailing bytes, such as a queue item,
+// are the message's own): every handler reads its message with one call, which test/fuzz runs on
+// arbitrary bytes. Throws MDSM_ERR_MALFORMED on short input.
+template <class... Fields>
+std::tuple<header, Fields...> read_payload(std::span<const std::byte> p) {
+  payload_reader in(p);
+  return std::tuple<header, Fields...>{in.get<header>(), in.get<Fields>()...};  // read in order
+}
 
 class services {
  public:

@@ -98,8 +98,7 @@ void match_locked(queue_state& s) {
 }  // namespace
 
 void on_queue_push(message& m) {
-  payload_reader in(m.payload());
-  auto s = state_of(in.get<header>().id);
+  auto s = state_of(std::get<header>(read_payload<>(m.payload())).id);
   std::lock_guard lk(s->mu);
   if (is_manager_role(*s, m, current().rank())) {
     if (m.origin() == current().rank()) --s->own_pushes_in_flight;
@@ -112,16 +111,14 @@ void on_queue_push(message& m) {
 }
 
 void on_queue_pop(message& m) {
-  payload_reader in(m.payload());
-  auto s = state_of(in.get<header>().id);
+  auto s = state_of(std::get<header>(read_payload<>(m.payload())).id);
   std::lock_guard lk(s->mu);
   s->waiters.push_back(m.origin());
   match_locked(*s);
 }
 
 void on_queue_reply(message& m) {
-  payload_reader in(m.payload());
-  auto s = state_of(in.get<header>().id);
+  auto s = state_of(std::get<header>(read_payload<>(m.payload())).id);
   std::lock_guard lk(s->mu);
   s->result = 2;
 }

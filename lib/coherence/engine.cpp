@@ -192,7 +192,8 @@ bool engine::close_interval_locked() {
 void engine::check_hot_locked(std::vector<std::pair<std::uint32_t, std::uint32_t>> due, std::uint32_t index) {
   std::sort(due.begin(), due.end());
   protection_batch batch = protections();
-  for (const auto& [u, at] : due) {
+  for (const auto& entry : due) {
+    const std::uint32_t u = entry.first, at = entry.second;  // not a structured binding: the lambda captures them
     batch.visit(u, [&](page_entry& pe) -> unit_protection {
       if (!pe.hot || pe.hot_check_at != at) return {pe.prot};  // left the hot set since
       const std::uint64_t h = sample_hash_unit(region_.lib_unit(u), region_.unit());

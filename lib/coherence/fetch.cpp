@@ -123,7 +123,9 @@ auto engine::fetch(std::vector<fetch_unit>& batch, bool need_copy, bool& copy_bu
     return all;
   });
   std::vector<box_ptr> replies;
-  for (auto& [creator, box] : boxes) {
+  for (auto& entry : boxes) {
+    const std::uint32_t creator = entry.first;  // not a structured binding: the lambdas capture it
+    const box_ptr& box = entry.second;
     const std::vector<std::uint32_t>& req = by_creator[creator];
     // The reply's entries are in request order; the request was built from the batch in order.
     auto add_piece = [&](std::vector<fetch_unit>::iterator f, const piece_view& p) {

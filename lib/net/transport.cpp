@@ -11,7 +11,6 @@ namespace mdsm::net {
 
 namespace {
 
-constexpr int k_ring_tag = transport::k_ring_tag;
 constexpr int k_large_tag = 1;
 
 [[noreturn, gnu::noinline, gnu::cold]] void mpi_failed(int rc, const char* what) {

@@ -29,10 +29,6 @@ const char* kind_name(kind k) {
 [[noreturn]] void fail(mdsm_status code, const std::string& what) { throw error(code, what); }
 }  // namespace
 
-void payload_reader::need(std::size_t n) const {
-  if (p_.size() - at_ < n) fail(MDSM_ERR_MALFORMED, "mdsm: a coordination message is shorter than its fields");
-}
-
 services& current() {
   services* s = g_current.load(std::memory_order_acquire);
   if (s == nullptr) fail(MDSM_ERR_NOT_INITIALIZED, "mdsm is not initialized: call mdsm::init first");

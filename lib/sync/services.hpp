@@ -16,6 +16,8 @@
 
 #include <mdsm/mdsm.hpp>
 
+#include "common/check.hpp"
+
 #include <mpi.h>
 
 #include <atomic>
@@ -130,7 +132,11 @@ class payload_reader {
   std::span<const std::byte> rest() const { return p_.subspan(at_); }
 
  private:
-  void need(std::size_t n) const;
+  // Inline (it is all a decoder needs besides detail::fail), so the fuzz targets build without
+  // the rest of the library.
+  void need(std::size_t n) const {
+    if (p_.size() - at_ < n) detail::fail(MDSM_ERR_MALFORMED, "mdsm: a coordination message is shorter than its fields");
+  }
   std::span<const std::byte> p_;
   std::size_t at_ = 0;
 };

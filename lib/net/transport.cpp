@@ -277,7 +277,7 @@ std::size_t transport::poll(std::size_t max_frames) {
       check_mpi(rc, "MPI_Test");
       break;
     }
-    ++received_;
+    received_.store(received_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);  // one writer
     ring_head_ = (slot + 1) % k_ring_slots;
     ++delivered;
     repost_pending_ = true;  // set before delivering: a handler that throws leaves no hole

@@ -7,7 +7,8 @@
 # Each target starts from a copy of its seed corpus and regression inputs in WORK_DIR (default
 # BUILD_DIR/fuzz-work), so the checked-in corpus is never modified; new inputs stay there. Prints
 # the executions per target; exits non-zero on the first crash, leaving the crashing input in
-# WORK_DIR/<target>/ as crash-*: fix the bug, then keep the input in test/fuzz/regressions/<target>/
+# WORK_DIR/<target>/artifacts/ (crash-*, leak-*, timeout-* after MDSM_FUZZ_TIMEOUT s, default 25: a
+# loaded machine can stall a run for seconds): fix the bug, then keep the input in test/fuzz/regressions/<target>/
 # so the normal suite replays it.
 set -euo pipefail
 build=${1:?build dir}
@@ -28,7 +29,7 @@ for t in "${targets[@]}"; do
   log=$work/$t/fuzz.log
   # -rss_limit_mb / -malloc_limit_mb: a decoder that allocates without bound is a finding.
   if ! "$exe" "$work/$t/corpus" -max_total_time="$seconds" -rss_limit_mb=1024 -malloc_limit_mb=256 \
-      -timeout=10 -print_final_stats=1 -artifact_prefix="$work/$t/artifacts/" >"$log" 2>&1; then
+      -timeout=${MDSM_FUZZ_TIMEOUT:-25} -print_final_stats=1 -artifact_prefix="$work/$t/artifacts/" >"$log" 2>&1; then
     tail -n 60 "$log"
     echo "run_fuzz: fuzz_$t FAILED; the input is in $work/$t/artifacts/" >&2
     exit 1

@@ -43,7 +43,7 @@ setup() {  # dir, "targets...", meson options...
 export OMPI_MCA_mca_base_component_disable_dlclose=1 PMIX_MCA_mca_base_component_disable_dlclose=1
 
 echo "=== sanitizers 1/3: ASan+UBSan ($asan)"
-setup "$asan" "lib/libmdsm.so lib/libmdsm.a test/unit_tests test/mpi_tests examples/demo examples/hello_c \
+setup "$asan" "test/unit_tests test/mpi_tests examples/demo examples/hello_c \
   test/misuse_process test/fault_helper $(for t in frame cinfo protocol diff; do echo test/fuzz/fuzz_$t test/fuzz/fuzz_${t}_replay; done)" \
   -Db_sanitize=address,undefined -Db_lundef=false -Dfuzz=true
 # handle_segv=1 + allow_user_segv_handler=1: mdsm installs its SIGSEGV handler after ASan's (the

@@ -17,6 +17,8 @@
 //
 // Every rank runs the (a) benchmarks with fixed iteration counts so they stay in step; rank 0
 // reports. (b) runs on rank 0 only. Run: tools/mdsmrun -n 2 build/bench/bench_coherence
+#include "diff_pages.hpp"
+
 #include "coherence/diff.hpp"
 
 #include <mdsm/mdsm.hpp>
@@ -41,6 +43,8 @@
 
 namespace {
 
+using namespace mdsm::bench;
+
 constexpr int k_fault_iterations = 1000;
 constexpr int k_local_iterations = 20000;  // (b): ~0.1-2 ms a run
 constexpr int k_repetitions = 5;
@@ -50,8 +54,6 @@ constexpr int k_repetitions = 5;
 // compares and permutes) far more than load-bound memcmp, and comes and goes within seconds; runs
 // of one variant after another measured that, not the code.
 constexpr int k_local_rounds = 15;
-constexpr std::size_t k_page = 4096;
-constexpr std::size_t k_words = k_page / 4;
 int g_rank = 0, g_size = 1;
 MPI_Comm g_comm;
 
@@ -70,20 +72,6 @@ double median(std::vector<double> v) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
-}
-
-// Word positions changed for a given share of the page (spread out, fixed per share): none for
-// 0%, at least one for any other share.
-std::vector<std::size_t> changed_words(int percent) {
-  if (percent <= 0) return {};  // page_pair(0) is a page equal to its twin
-  std::vector<std::size_t> all(k_words);
-  for (std::size_t i = 0; i < k_words; ++i) all[i] = i;
-  if (percent >= 100) return all;
-  std::mt19937 rng(static_cast<unsigned>(percent));
-  std::shuffle(all.begin(), all.end(), rng);
-  all.resize(std::max<std::size_t>(1, k_words * static_cast<std::size_t>(percent) / 100));
-  std::sort(all.begin(), all.end());
-  return all;
 }
 
 // The encoded size of the diff that changing those words produces.
@@ -406,26 +394,6 @@ void fault_while_busy(benchmark::State& state) {
 
 // ---- (b) diffs (rank 0 only) ------------------------------------------------------------------
 
-// Laid out as in real use: the page page-aligned (as in the coherent region), the twin in the
-// engine's own twin buffer (cache-line aligned). memcmp and memcpy get the same layout.
-struct page_pair {
-  struct page_delete {
-    void operator()(std::uint32_t* p) const noexcept { std::free(p); }
-  };
-  std::unique_ptr<std::uint32_t, page_delete> page_{static_cast<std::uint32_t*>(std::aligned_alloc(k_page, k_page))};
-  mdsm::coherence::unit_buffer twin_ = mdsm::coherence::make_unit_buffer(k_page);
-  explicit page_pair(int percent) {
-    std::mt19937 rng(7);
-    for (std::size_t i = 0; i < k_words; ++i) twin()[i] = static_cast<std::uint32_t>(rng());
-    std::memcpy(page(), twin(), k_page);
-    for (std::size_t w : changed_words(percent)) page()[w] = ~page()[w];
-  }
-  std::uint32_t* page() const { return page_.get(); }
-  std::uint32_t* twin() const { return reinterpret_cast<std::uint32_t*>(twin_.get()); }
-  const std::byte* p() const { return reinterpret_cast<const std::byte*>(page()); }
-  const std::byte* t() const { return twin_.get(); }
-};
-
 template <class F>
 void timed_loop(benchmark::State& state, const std::string& name, F&& f) {
   const auto t0 = std::chrono::steady_clock::now();
@@ -453,8 +421,7 @@ void diff_apply(benchmark::State& state) {
     mdsm::coherence::apply_diff(reinterpret_cast<std::byte*>(target.page()), k_page, d);
     benchmark::ClobberMemory();
   });
-  if (std::memcmp(target.page(), pp.page(), k_page) != 0)
-    state.SkipWithError("applying the diff did not reproduce the page");
+  if (!reproduces(target, pp)) state.SkipWithError("applying the diff did not reproduce the page");
 }
 
 void page_memcmp(benchmark::State& state) {

@@ -69,12 +69,10 @@ void engine::send_gc(int dest, std::uint32_t op, std::uint32_t epoch, const vect
 }
 
 void engine::on_gc_frame(const net::inbound_frame& f) {
-  net::byte_reader in(f.payload());
-  const auto epoch = in.get<std::uint32_t>();
   const std::uint32_t op = f.header.handler;
-  vector_time vt;
-  if (op == op_gc_vt || op == op_gc_cut || op == op_gc_free) vt = vector_time::decode(in, static_cast<std::size_t>(size_));
-  in.expect_done();
+  gc_message msg = decode_gc(op, f.payload(), static_cast<std::size_t>(size_));
+  const std::uint32_t epoch = msg.epoch;
+  vector_time vt = std::move(msg.vt);
   const bool to_coordinator = op == op_gc_want || op == op_gc_vt || op == op_gc_ready;
   if (to_coordinator && rank_ != k_coordinator) net::byte_reader::malformed("collection message for the coordinator");
   switch (op) {
@@ -240,12 +238,12 @@ void engine::start_home_validation(std::uint32_t u, std::vector<wanted> wants, c
 
 void engine::finish_home_validation(home_validation& job) {
   fetch_unit& f = job.unit;
+  const std::uint32_t request[3] = {f.unit, 0, 0};  // the one unit asked for (ranges are not in replies)
   for (const auto& [source, bytes] : job.replies) {
-    net::byte_reader in(bytes);
-    if (in.get<std::uint32_t>() != 1 || in.get<std::uint32_t>() != f.unit)
-      net::byte_reader::malformed("reply for another unit");
-    read_pieces(in, static_cast<std::uint32_t>(source), f);
-    in.expect_done();
+    const auto creator = static_cast<std::uint32_t>(source);
+    decode_diff_reply(bytes, request, [&](std::size_t, const piece_view& p) {
+      f.pieces.push_back(fetch_unit::piece{creator, p.first, p.last, p.serial, p.bytes});
+    });
   }
   std::vector<fetch_unit> one;
   one.push_back(std::move(f));

@@ -28,11 +28,6 @@ inline std::uint64_t load64(const std::byte* p) {
   return v;
 }
 inline void store64(std::byte* p, std::uint64_t v) { std::memcpy(p, &v, 8); }
-inline std::uint32_t load32(const std::byte* p) {
-  std::uint32_t v;
-  std::memcpy(&v, p, 4);
-  return v;
-}
 
 // The geometry of a unit's diff.
 struct shape {

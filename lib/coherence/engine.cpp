@@ -193,7 +193,8 @@ bool engine::close_interval_locked() {
 void engine::check_hot_locked(std::vector<std::pair<std::uint32_t, std::uint32_t>> due, std::uint32_t index) {
   std::sort(due.begin(), due.end());
   protection_batch batch = protections();
-  for (const auto& [u, at] : due) {
+  for (const auto& entry : due) {
+    const std::uint32_t u = entry.first, at = entry.second;  // not a structured binding: the lambda captures them
     batch.visit(u, [&](page_entry& pe) -> unit_protection {
       if (!pe.hot || pe.hot_check_at != at) return {pe.prot};  // left the hot set since
       const std::uint64_t h = sample_hash_unit(region_.lib_unit(u), region_.unit());
@@ -260,56 +261,16 @@ void engine::encode_release_locked(int dest, bool transitive, net::byte_writer& 
 }
 
 void engine::learn_request(int origin, std::span<const std::byte> cinfo) {
-  net::byte_reader in(cinfo);
   // Validate everything before taking the lock; then merge straight from the bytes.
-  const auto n = in.get<std::uint32_t>();
-  if (n != static_cast<std::uint32_t>(size_)) net::byte_reader::malformed("vector timestamp of the wrong width");
-  const std::span<const std::byte> entries = in.get_bytes(std::size_t{n} * sizeof(std::uint32_t));
-  in.expect_done();
+  const std::span<const std::byte> entries = decode_request_vt(cinfo, static_cast<std::size_t>(size_));
   if (origin == rank_) return;
   std::lock_guard lk(meta_);
   known_[static_cast<std::size_t>(origin)].merge_encoded(entries);
 }
 
 release_info engine::decode_release(int origin, std::span<const std::byte> cinfo) {
-  net::byte_reader in(cinfo);
-  release_info info{origin, vector_time::decode(in, static_cast<std::size_t>(size_)), {}, {}};
-  const auto n = in.get<std::uint32_t>();
-  if (n > in.remaining() / 12) net::byte_reader::malformed("more interval records than bytes");
-  info.records.reserve(n);
-  for (std::uint32_t i = 0; i < n; ++i) {
-    auto r = interval_record::decode(in, static_cast<std::size_t>(size_), region_.units());
-    if (r->index > info.required[r->creator]) net::byte_reader::malformed("interval newer than the required time");
-    info.records.push_back(std::move(r));
-  }
-  const auto pushed = in.get<std::uint32_t>();
-  if (pushed > in.remaining() / 16) net::byte_reader::malformed("more pushed units than bytes");
-  info.pushed.reserve(pushed);
-  const auto origin_now = info.required[static_cast<std::size_t>(origin)];
-  for (std::uint32_t i = 0; i < pushed; ++i) {
-    pushed_unit p;
-    p.unit = in.get<std::uint32_t>();
-    p.after = in.get<std::uint32_t>();
-    p.through = in.get<std::uint32_t>();
-    if (p.unit >= region_.units()) net::byte_reader::malformed("pushed diff for a unit outside the region");
-    if (!info.pushed.empty() && p.unit <= info.pushed.back().unit) net::byte_reader::malformed("pushed units not sorted");
-    if (p.after >= p.through || p.through > origin_now) net::byte_reader::malformed("pushed diff for unknown intervals");
-    const auto pieces = in.get<std::uint32_t>();
-    if (pieces > in.remaining() / 16) net::byte_reader::malformed("more pushed pieces than bytes");
-    for (std::uint32_t k = 0; k < pieces; ++k) {
-      pushed_unit::piece piece;
-      piece.first = in.get<std::uint32_t>();
-      piece.last = in.get<std::uint32_t>();
-      if (piece.first == 0 || piece.last < piece.first) net::byte_reader::malformed("piece with an empty interval range");
-      piece.serial = in.get<std::uint32_t>();
-      const auto bytes = in.get_bytes(in.get<std::uint32_t>());
-      diff_words(bytes, region_.unit());  // validates the encoding now: applying it must not fail
-      piece.bytes.assign(bytes.begin(), bytes.end());
-      p.pieces.push_back(std::move(piece));
-    }
-    info.pushed.push_back(std::move(p));
-  }
-  in.expect_done();
+  release_info info =
+      decode_release_info(origin, cinfo, wire_limits{static_cast<std::size_t>(size_), region_.units(), region_.unit()});
   std::lock_guard lk(meta_);
   learn_locked(origin, info.required);
   return info;
@@ -487,12 +448,8 @@ void engine::apply_batch_locked(std::vector<record_ptr> records, std::vector<std
 void engine::send_interval_request(int origin, const std::vector<std::uint32_t>& ranges, const acquire_ptr& a) {
   auto box = std::make_shared<reply_box>();
   box->callback = [this, a](std::span<const std::byte> payload, int) {
-    net::byte_reader in(payload);
-    const auto n = in.get<std::uint32_t>();
-    std::vector<record_ptr> got;
-    for (std::uint32_t i = 0; i < n; ++i)
-      got.push_back(interval_record::decode(in, static_cast<std::size_t>(size_), region_.units()));
-    in.expect_done();
+    const std::vector<record_ptr> got =
+        decode_interval_reply(payload, static_cast<std::size_t>(size_), region_.units());
     std::lock_guard lk(meta_);
     a->fetched.insert(a->fetched.end(), got.begin(), got.end());
     if (--a->outstanding == 0) {

@@ -17,6 +17,7 @@
 // is always downward closed (a fault never sees an interval without its predecessors).
 #pragma once
 
+#include "coherence/consistency_info.hpp"
 #include "coherence/interval.hpp"
 #include "coherence/notice_index.hpp"
 #include "coherence/page_table.hpp"
@@ -39,27 +40,6 @@
 #include <vector>
 
 namespace mdsm::coherence {
-
-// A diff the origin of a RELEASE pushed along with it (Keleher's lazy hybrid), for a unit the
-// first receiver keeps re-reading: its pieces hold every write of the origin to the unit in the
-// origin's intervals (after, through]. A receiver whose copy lacks nothing else applies them at
-// the acquire instead of invalidating the unit, which saves the fault and the round trip.
-struct pushed_unit {
-  std::uint32_t unit, after, through;
-  struct piece {
-    std::uint32_t first, last, serial;  // as in a diff reply (coherence/protocol.hpp)
-    std::vector<std::byte> bytes;       // a validated encoded diff
-  };
-  std::vector<piece> pieces;
-};
-
-// Decoded consistency information of a RELEASE or RELEASE_NT message.
-struct release_info {
-  int origin;                        // original sender: has every interval up to `required`
-  vector_time required;              // the origin's vector time when it sent
-  std::vector<record_ptr> records;   // intervals attached for the first receiver
-  std::vector<pushed_unit> pushed;   // the origin's diffs pushed along, by increasing unit
-};
 
 // An acquire in progress: one accepted message, or a group accepted together (a barrier
 // manager accepts all arrivals as one group so it never fetches what another arrival brings).
@@ -212,8 +192,6 @@ class engine {
     std::vector<piece> pieces;
     std::uint32_t home_after = 0;  // need_copy: the home's writes the copy already holds
   };
-  // Appends the pieces of one unit in a reply (protocol.hpp: `pieces`) from `creator` to f.
-  static void read_pieces(net::byte_reader& in, std::uint32_t creator, fetch_unit& f);
   // Adds the units after batch.front() that are likely read next and can be fetched in the same
   // messages, marked fetching: with need_copy, units without a copy that have the same home;
   // otherwise invalid units that lack writes of the same ranks only.

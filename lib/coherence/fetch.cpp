@@ -146,52 +146,37 @@ auto engine::fetch(std::vector<fetch_unit>& batch, bool need_copy, bool& copy_bu
     return all;
   });
   std::vector<box_ptr> replies;
-  for (auto& [creator, box] : boxes) {
-    net::byte_reader in(box->data);
+  for (auto& entry : boxes) {
+    const std::uint32_t creator = entry.first;  // not a structured binding: the lambdas capture it
+    const box_ptr& box = entry.second;
+    const std::vector<std::uint32_t>& req = by_creator[creator];
+    // The reply's entries are in request order; the request was built from the batch in order.
+    auto add_piece = [&](std::vector<fetch_unit>::iterator f, const piece_view& p) {
+      f->pieces.push_back(fetch_unit::piece{creator, p.first, p.last, p.serial, p.bytes});
+    };
     if (need_copy && creator == home) {
-      const auto m = in.get<std::uint32_t>();
-      if (m == 0 || m > batch.size()) net::byte_reader::malformed("copy reply with a bad unit count");
-      for (std::uint32_t k = 0; k < m; ++k) {
-        fetch_unit& f = batch[k];
-        if (in.get<std::uint32_t>() != f.unit) net::byte_reader::malformed("reply for another unit");
-        const auto status = in.get<std::uint8_t>();
-        if (status != k_copy_follows) {
-          if (k + 1 != m) net::byte_reader::malformed("copy reply goes on after a unit without a copy");
-          if (k > 0) break;  // a neighbour: it stays without a copy, its own fault asks again
-          copy_busy = status == k_copy_busy;
-          return {};  // not allocated at the home, or busy
-        }
-        f.copy = in.get_bytes(region_.unit());
-        read_pieces(in, creator, f);
+      // Entry k is batch[k]: the copy request names every unit of the batch, in order.
+      const copy_reply_end end = decode_copy_reply(
+          box->data, req, region_.unit(), [&](std::size_t k, std::span<const std::byte> copy) { batch[k].copy = copy; },
+          [&](std::size_t k, const piece_view& p) { add_piece(batch.begin() + static_cast<std::ptrdiff_t>(k), p); });
+      if (end.copies == 0) {  // the faulting unit: not allocated at the home, or busy
+        copy_busy = end.status == k_copy_busy;
+        return {};
       }
+      // A neighbour without a copy stays without one: its own fault asks again.
     } else {
-      const auto n = in.get<std::uint32_t>();
-      if (n != by_creator[creator].size() / 3) net::byte_reader::malformed("reply for another set of units");
-      for (std::uint32_t k = 0; k < n; ++k) {
-        const auto unit = in.get<std::uint32_t>();
-        auto f = std::find_if(batch.begin(), batch.end(), [&](const fetch_unit& x) { return x.unit == unit; });
-        if (f == batch.end() || unit != by_creator[creator][3 * k]) net::byte_reader::malformed("reply for another unit");
-        read_pieces(in, creator, *f);
-      }
+      std::size_t at = SIZE_MAX;  // the entry f is the unit of
+      auto f = batch.end();
+      decode_diff_reply(box->data, req, [&](std::size_t k, const piece_view& p) {
+        // Every unit of the request is in the batch (the request was built from it).
+        if (k != at) f = std::find_if(batch.begin(), batch.end(), [&](const fetch_unit& x) { return x.unit == req[3 * k]; });
+        at = k;
+        add_piece(f, p);
+      });
     }
-    in.expect_done();
     replies.push_back(box);
   }
   return replies;
-}
-
-void engine::read_pieces(net::byte_reader& in, std::uint32_t creator, fetch_unit& f) {
-  const auto count = in.get<std::uint32_t>();
-  for (std::uint32_t i = 0; i < count; ++i) {
-    fetch_unit::piece p;
-    p.creator = creator;
-    p.first = in.get<std::uint32_t>();
-    p.last = in.get<std::uint32_t>();
-    if (p.first == 0 || p.last < p.first) net::byte_reader::malformed("piece with an empty interval range");
-    p.serial = in.get<std::uint32_t>();
-    p.bytes = in.get_bytes(in.get<std::uint32_t>());
-    f.pieces.push_back(std::move(p));
-  }
 }
 
 void engine::install_locked(fetch_unit& f, page_entry& pe) {

@@ -101,18 +101,9 @@ std::uint32_t engine::encode_pieces_locked(std::uint32_t u, page_entry& pe, std:
 }
 
 void engine::serve_diff_request(const net::inbound_frame& f, bool with_copy) {
-  net::byte_reader in(f.payload());
-  // Both name a batch of units, the faulting one first.
-  const std::uint32_t n = in.get<std::uint32_t>();
-  if (n == 0 || n > in.remaining() / 12) net::byte_reader::malformed("diff request with a bad unit count");
-  std::vector<std::uint32_t> req;
-  in.get_array(std::size_t{n} * 3, req);
-  in.expect_done();
   const std::uint32_t closed = last_closed_.load(std::memory_order_relaxed);
-  for (std::uint32_t k = 0; k < n; ++k) {
-    if (req[3 * k] >= region_.units()) net::byte_reader::malformed("request for a unit outside the region");
-    if (req[3 * k + 2] > closed) net::byte_reader::malformed("request for an interval this rank has not closed");
-  }
+  const std::vector<std::uint32_t> req = decode_unit_request(f.payload(), region_.units(), closed);
+  const auto n = static_cast<std::uint32_t>(req.size() / 3);
   thread_local net::byte_writer out;  // kept: a reply of many units is large, growing it each time costs
   out.clear();
   const std::size_t count_at = out.reserve_slot<std::uint32_t>();
@@ -148,12 +139,7 @@ void engine::serve_diff_request(const net::inbound_frame& f, bool with_copy) {
 }
 
 void engine::serve_interval_request(const net::inbound_frame& f) {
-  net::byte_reader in(f.payload());
-  const auto n = in.get<std::uint32_t>();
-  std::vector<std::uint32_t> ranges;
-  if (n > in.remaining() / 12) net::byte_reader::malformed("interval request longer than the frame");
-  in.get_array(std::size_t{n} * 3, ranges);
-  in.expect_done();
+  const std::vector<std::uint32_t> ranges = decode_interval_request(f.payload(), static_cast<std::size_t>(size_));
   net::byte_writer out;
   const std::size_t count_at = out.reserve_slot<std::uint32_t>();
   std::uint32_t count = 0;
@@ -161,7 +147,6 @@ void engine::serve_interval_request(const net::inbound_frame& f) {
     std::lock_guard lk(meta_);
     for (std::size_t k = 0; k < ranges.size(); k += 3) {
       const std::uint32_t c = ranges[k], after = ranges[k + 1], through = ranges[k + 2];
-      if (c >= static_cast<std::uint32_t>(size_)) net::byte_reader::malformed("interval creator out of range");
       for (std::uint32_t i = std::max(after, store_.collected_through(c)) + 1; i <= std::min(through, vt_[c]); ++i) {
         store_.find(c, i)->encode(out);
         ++count;

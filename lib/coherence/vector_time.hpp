@@ -36,6 +36,7 @@ class vector_time {
     o.n_ = 0;
   }
   vector_time& operator=(vector_time&& o) noexcept {
+    if (this == &o) return *this;  // a self-move must not end with o.n_ = 0 (it emptied the time)
     n_ = o.n_;
     heap_ = std::move(o.heap_);
     if (!heap_) std::memcpy(inline_, o.inline_, sizeof inline_);

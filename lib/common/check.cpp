@@ -40,7 +40,13 @@ void die(const char* what) {
 }  // namespace mdsm::detail
 
 extern "C" const char* mdsm_strerror(mdsm_status status) {
-  switch (status) {
+  // A C caller may pass any int (a code of a newer mdsm, a stray value): loading it as the enum
+  // would be undefined behaviour in C++ (UBSan: "load of value 999"), so its bytes are read as an
+  // int, as mdsm_send does with an annotation.
+  int code = 0;
+  static_assert(sizeof status == sizeof code);
+  std::memcpy(&code, &status, sizeof code);
+  switch (code) {
     case MDSM_SUCCESS: return "success";
     case MDSM_ERR_NOT_INITIALIZED: return "mdsm is not initialized (call mdsm_init first)";
     case MDSM_ERR_ALREADY_INITIALIZED: return "mdsm is already initialized";

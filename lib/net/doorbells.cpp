@@ -1,5 +1,6 @@
 #include "net/doorbells.hpp"
 
+#include "common/check.hpp"
 #include "os/futex.hpp"
 #include "stats/counters.hpp"
 
@@ -20,9 +21,13 @@ doorbells::doorbells(MPI_Comm comm) {
   MPI_Comm_rank(comm, &rank);
   std::vector<int> ranks(static_cast<std::size_t>(node_size));
   MPI_Allgather(&rank, 1, MPI_INT, ranks.data(), 1, MPI_INT, node_);
-  // One window for the host: node rank 0 allocates every slot, contiguously.
+  // One window for the host: node rank 0 allocates every slot, contiguously, from a cache-line
+  // boundary. MPI aligns a shared window only to 8 bytes or so (Open MPI's started at 0x...108):
+  // slots placed at its start were misaligned (undefined behaviour for their alignas(64) type,
+  // and ranks' bells shared cache lines), so the window has room to start them further in.
   void* base = nullptr;
-  const MPI_Aint bytes = node_rank == 0 ? static_cast<MPI_Aint>(sizeof(slot)) * node_size : 0;
+  const MPI_Aint bytes =
+      node_rank == 0 ? static_cast<MPI_Aint>(sizeof(slot)) * node_size + static_cast<MPI_Aint>(alignof(slot) - 1) : 0;
   int ok = MPI_Win_allocate_shared(bytes, 1, MPI_INFO_NULL, node_, &base, &win_) == MPI_SUCCESS ? 1 : 0;
   int all_ok = 0;
   MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, node_);
@@ -30,8 +35,18 @@ doorbells::doorbells(MPI_Comm comm) {
     MPI_Aint got = 0;
     int disp = 0;
     void* first = nullptr;
-    all_ok = MPI_Win_shared_query(win_, 0, &got, &disp, &first) == MPI_SUCCESS &&
-             got >= static_cast<MPI_Aint>(sizeof(slot)) * node_size && first != nullptr;
+    all_ok = MPI_Win_shared_query(win_, 0, &got, &disp, &first) == MPI_SUCCESS && first != nullptr;
+    // The slots' offset in the window, as node rank 0 sees it; every rank maps the window at its
+    // own address, so each checks that the offset aligns its view too (page-aligned mappings do).
+    std::uint64_t pad = 0;
+    if (node_rank == 0 && all_ok)
+      pad = (alignof(slot) - reinterpret_cast<std::uintptr_t>(first) % alignof(slot)) % alignof(slot);
+    MPI_Bcast(&pad, 1, MPI_UINT64_T, 0, node_);
+    if (all_ok) {
+      first = static_cast<std::byte*>(first) + pad;
+      all_ok = reinterpret_cast<std::uintptr_t>(first) % alignof(slot) == 0 &&
+               got >= static_cast<MPI_Aint>(pad + sizeof(slot) * static_cast<std::size_t>(node_size));
+    }
     int agree = all_ok ? 1 : 0;
     MPI_Allreduce(&agree, &all_ok, 1, MPI_INT, MPI_MIN, node_);
     if (all_ok) {
@@ -41,6 +56,7 @@ doorbells::doorbells(MPI_Comm comm) {
       MPI_Barrier(node_);  // initialized before anyone rings
       for (int i = 0; i < node_size; ++i) slots_[static_cast<std::size_t>(ranks[static_cast<std::size_t>(i)])] = &slots[i];
       mine_ = &slots[node_rank];
+      MDSM_ASSERT(reinterpret_cast<std::uintptr_t>(mine_) % alignof(slot) == 0, "doorbell slot not cache-line aligned");
     }
   }
   if (!all_ok && win_ != MPI_WIN_NULL) {

@@ -11,10 +11,7 @@ namespace mdsm::net {
 
 namespace {
 
-constexpr int k_ring_tag = transport::k_ring_tag;
 constexpr int k_large_tag = 1;
-constexpr std::uint32_t k_op_large = 1;  // control channel: payload = u64 body length
-constexpr std::uint64_t k_frame_limit = std::numeric_limits<int>::max();  // MPI counts are int
 
 [[noreturn, gnu::noinline, gnu::cold]] void mpi_failed(int rc, const char* what) {
   char text[MPI_MAX_ERROR_STRING];
@@ -51,15 +48,6 @@ inline std::size_t received_bytes(const MPI_Status& st) {
   MPI_Get_count(&st, MPI_BYTE, &count);
   return static_cast<std::size_t>(count);
 #endif
-}
-
-// What is wrong with a header that failed transport::deliver's combined test (cold path).
-const char* header_problem(const frame_header& h, std::size_t frame_bytes, int size) {
-  if (h.magic != k_frame_magic) return "bad magic";
-  if (h.chan > k_channel_max) return "unknown channel";
-  if (h.origin < 0 || h.origin >= size) return "origin rank out of range";
-  if (std::uint64_t{h.payload_len} + h.cinfo_len + sizeof h != frame_bytes) return "lengths do not match the frame size";
-  return "invalid header";
 }
 
 }  // namespace
@@ -258,11 +246,7 @@ inline void transport::deliver(std::span<const std::byte> bytes, int source) {
   if (bytes.size() < sizeof h) [[unlikely]]
     return report_malformed(rank_, source, "shorter than a header");
   std::memcpy(&h, bytes.data(), sizeof h);
-  // Every check of the header in one test (header_problem says which failed). The lengths are
-  // 32-bit, so their sum cannot wrap in 64 bits; channel 0 is in range and has a reporting slot.
-  if ((h.magic != k_frame_magic) | (h.chan > k_channel_max) |
-      (static_cast<unsigned>(h.origin) >= static_cast<unsigned>(size_)) |
-      (std::uint64_t{h.payload_len} + h.cinfo_len + sizeof h != bytes.size())) [[unlikely]]
+  if (!header_ok(h, bytes.size(), size_)) [[unlikely]]
     return report_malformed(rank_, source, header_problem(h, bytes.size(), size_));
   const inbound_frame f{h, source, bytes.data()};
   const slot& s = handlers_[h.chan];
@@ -293,7 +277,7 @@ std::size_t transport::poll(std::size_t max_frames) {
       check_mpi(rc, "MPI_Test");
       break;
     }
-    ++received_;
+    received_.store(received_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);  // one writer
     ring_head_ = (slot + 1) % k_ring_slots;
     ++delivered;
     repost_pending_ = true;  // set before delivering: a handler that throws leaves no hole
@@ -310,16 +294,12 @@ std::size_t transport::poll(std::size_t max_frames) {
 void transport::post_receive(std::size_t slot) { check_mpi(MPI_Start(&ring_requests_[slot]), "MPI_Start"); }
 
 void transport::take_large(std::span<const std::byte> announcement, int source) {
-  byte_reader in(announcement);
   std::uint64_t len = 0;
   try {
-    len = in.get<std::uint64_t>();
-    in.expect_done();
-  } catch (const error&) {
-    return report_malformed(rank_, source, "bad large-frame announcement");
+    len = decode_large_announcement(announcement);
+  } catch (const error& e) {
+    return report_malformed(rank_, source, e.what());
   }
-  if (len <= sizeof(frame_header) || len > k_frame_limit)
-    return report_malformed(rank_, source, "large-frame length out of range");
   // The body was sent right after the announcement on its own tag; MPI keeps per-sender order
   // on that tag, so this receive gets exactly this frame's body.
   // Kept between frames (only the progress lock's holder is here): a fresh buffer costs a page

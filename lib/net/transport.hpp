@@ -140,7 +140,7 @@ class transport {
   // Frames this rank has sent / received so far (termination detection at finalize).
   // Not for hot paths (sums the per-thread statistics).
   std::uint64_t frames_sent() const;
-  std::uint64_t frames_received() const noexcept { return received_; }
+  std::uint64_t frames_received() const noexcept { return received_.load(std::memory_order_relaxed); }
 
  private:
   // Sends a frame of at most k_eager_send_max bytes with one MPI_Send. Blocking, but it never
@@ -211,7 +211,11 @@ class transport {
   // The slot before ring_head_ completed and is not posted again yet.
   bool repost_pending_ = false;
   std::size_t repost_slot() const noexcept { return (ring_head_ + k_ring_slots - 1) % k_ring_slots; }
-  std::uint64_t received_ = 0;
+  // Frames taken from the ring. Written only by the progress-lock holder, but read by finalize's
+  // termination detection on the application thread while the progress thread still polls: an
+  // atomic (relaxed; on x86 the same plain load and store as before), or that read is a data race
+  // (TSan reported it).
+  std::atomic<std::uint64_t> received_{0};
 
   // Sends that did not complete at once. Guarded by send_mutex_.
   std::mutex send_mutex_;

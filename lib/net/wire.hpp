@@ -47,6 +47,26 @@ inline frame_header make_header(channel c, std::uint32_t handler, int origin, st
   return frame_header{k_frame_magic, static_cast<std::uint8_t>(c), annot, handler, origin, 0, 0, token};
 }
 
+// The largest frame: MPI counts are int.
+inline constexpr std::uint64_t k_frame_limit = 0x7fffffff;
+
+// Every check of a received frame's header in one test (the path of every message): magic,
+// channel, origin rank in [0, ranks), and the lengths adding up to the bytes received. The
+// lengths are 32-bit, so their sum cannot wrap in 64 bits; channel 0 is in range (its consumer
+// reports the frame). header_problem says which check failed.
+[[gnu::always_inline]] inline bool header_ok(const frame_header& h, std::size_t frame_bytes, int ranks) noexcept {
+  return !((h.magic != k_frame_magic) | (h.chan > k_channel_max) |
+           (static_cast<unsigned>(h.origin) >= static_cast<unsigned>(ranks)) |
+           (std::uint64_t{h.payload_len} + h.cinfo_len + sizeof h != frame_bytes));
+}
+inline const char* header_problem(const frame_header& h, std::size_t frame_bytes, int ranks) noexcept {
+  if (h.magic != k_frame_magic) return "bad magic";
+  if (h.chan > k_channel_max) return "unknown channel";
+  if (h.origin < 0 || h.origin >= ranks) return "origin rank out of range";
+  if (std::uint64_t{h.payload_len} + h.cinfo_len + sizeof h != frame_bytes) return "lengths do not match the frame size";
+  return nullptr;
+}
+
 class byte_writer {
  public:
   template <class T>
@@ -132,5 +152,17 @@ class byte_reader {
   std::span<const std::byte> bytes_;
   std::size_t at_ = 0;
 };
+
+// The control channel's large-frame announcement (operation k_op_large): the payload is the
+// u64 length of the frame that follows on its own tag, a whole frame (more than a header) of at
+// most k_frame_limit bytes.
+inline constexpr std::uint32_t k_op_large = 1;
+inline std::uint64_t decode_large_announcement(std::span<const std::byte> payload) {
+  byte_reader in(payload);
+  const auto len = in.get<std::uint64_t>();
+  in.expect_done();
+  if (len <= sizeof(frame_header) || len > k_frame_limit) byte_reader::malformed("large-frame length out of range");
+  return len;
+}
 
 }  // namespace mdsm::net

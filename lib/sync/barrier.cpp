@@ -24,17 +24,6 @@ namespace {
 
 enum op : std::uint32_t { op_arrive = 1, op_depart = 2 };
 
-struct arrival {
-  std::uint64_t epoch;
-  std::uint32_t participants;
-  std::uint32_t pad;
-  std::uint64_t metadata;
-};
-struct departure {
-  std::uint64_t epoch;
-  std::uint32_t collect;
-  std::uint32_t pad;
-};
 
 struct barrier_state final : object {
   barrier_state(std::uint32_t id_, kind k_, int manager_, std::vector<int> members_)
@@ -90,9 +79,8 @@ struct manager_wait {
 }  // namespace
 
 void on_barrier_arrive(message& m) {
-  payload_reader in(m.payload());
-  auto s = state_of(in.get<header>().id);
-  const auto a = in.get<arrival>();
+  const auto [h, a] = read_payload<barrier_arrival>(m.payload());
+  auto s = state_of(h.id);
   std::lock_guard lk(s->mu);
   if (a.participants != s->members.size() || !s->is_member(m.origin())) s->mismatch = true;
   s->arrived[a.epoch].push_back(m.store());
@@ -101,9 +89,8 @@ void on_barrier_arrive(message& m) {
 }
 
 void on_barrier_depart(message& m) {
-  payload_reader in(m.payload());
-  auto s = state_of(in.get<header>().id);
-  const auto d = in.get<departure>();
+  const auto [h, d] = read_payload<barrier_departure>(m.payload());
+  auto s = state_of(h.id);
   std::lock_guard lk(s->mu);
   s->collect = d.collect != 0;
   s->depart = m.store();
@@ -200,12 +187,12 @@ void barrier::arrive_and_wait() {
       }
       const std::uint64_t threshold = gc_threshold();
       collect = global && threshold != 0 && meta > threshold;
-      const departure d{epoch, collect ? 1u : 0u, 0};
+      const barrier_departure d{epoch, collect ? 1u : 0u, 0};
       for (int r : s->members)
         if (r != me) send(r, sv.h_barrier_depart, payload_builder(id_, op_depart).put(d).bytes(), annotation::release);
     } else {
       op.about("barrier", id_, s->manager, "its manager, which answers once every participant arrived");
-      const arrival a{epoch, static_cast<std::uint32_t>(n), 0, my_metadata()};
+      const barrier_arrival a{epoch, static_cast<std::uint32_t>(n), 0, my_metadata()};
       send(s->manager, sv.h_barrier_arrive, payload_builder(id_, op_arrive).put(a).bytes(), annotation::release_nt);
       bool departed = false;
       wait_until([&] {

@@ -81,24 +81,21 @@ void notify(std::uint32_t id, bool all) {
 }  // namespace
 
 void on_cond_wait(message& m) {
-  payload_reader in(m.payload());
-  auto s = state_of(in.get<header>().id);
+  auto s = state_of(std::get<header>(read_payload<>(m.payload())).id);
   std::lock_guard lk(s->mu);
   s->waiters.push_back(m.origin());
   reply_locked(*s, m.origin(), op_ack);
 }
 
 void on_cond_notify(message& m) {
-  payload_reader in(m.payload());
-  const auto h = in.get<header>();
+  const auto [h] = read_payload<>(m.payload());
   auto s = state_of(h.id);
   std::lock_guard lk(s->mu);
   notify_locked(*s, h.op == op_notify_all);
 }
 
 void on_cond_reply(message& m) {
-  payload_reader in(m.payload());
-  const auto h = in.get<header>();
+  const auto [h] = read_payload<>(m.payload());
   auto s = state_of(h.id);
   std::lock_guard lk(s->mu);
   s->phase = h.op == op_ack ? 2 : 3;

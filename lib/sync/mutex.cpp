@@ -167,8 +167,7 @@ void accept_returned_locked(mutex_state& s, std::unique_lock<std::mutex>& lk) {
 // ---- handlers --------------------------------------------------------------------------------
 
 void on_mutex_request(message& m) {
-  payload_reader in(m.payload());
-  const auto h = in.get<header>();
+  const auto [h] = read_payload<>(m.payload());
   auto s = state_of(h.id);
   std::lock_guard lk(s->mu);
   const bool is_try = h.op == op_try;
@@ -179,8 +178,7 @@ void on_mutex_request(message& m) {
 }
 
 void on_mutex_token(message& m) {
-  payload_reader in(m.payload());
-  auto s = state_of(in.get<header>().id);
+  auto s = state_of(std::get<header>(read_payload<>(m.payload())).id);
   std::lock_guard lk(s->mu);
   if (s->lent) {
     // The lent token comes back (there is one token, and this rank owns it: nobody else can
@@ -215,8 +213,7 @@ void on_mutex_token(message& m) {
 }
 
 void on_mutex_deny(message& m) {
-  payload_reader in(m.payload());
-  auto s = state_of(in.get<header>().id);
+  auto s = state_of(std::get<header>(read_payload<>(m.payload())).id);
   std::lock_guard lk(s->mu);
   if (s->trying) s->try_result = 2;
 }

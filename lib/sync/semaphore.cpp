@@ -142,8 +142,7 @@ bool acquire_impl(operation& op, std::uint32_t id, bool is_try) {
 }  // namespace
 
 void on_sem_release(message& m) {
-  payload_reader in(m.payload());
-  auto s = state_of(in.get<header>().id);
+  auto s = state_of(std::get<header>(read_payload<>(m.payload())).id);
   std::lock_guard lk(s->mu);
   if (is_manager_role(*s, m, current().rank())) {
     s->permits.push_back(m.store());
@@ -154,16 +153,14 @@ void on_sem_release(message& m) {
 }
 
 void on_sem_acquire(message& m) {
-  payload_reader in(m.payload());
-  const auto h = in.get<header>();
+  const auto [h] = read_payload<>(m.payload());
   auto s = state_of(h.id);
   std::lock_guard lk(s->mu);
   request_locked(*s, m.origin(), h.op == op_try);
 }
 
 void on_sem_grant(message& m) {
-  payload_reader in(m.payload());
-  const auto h = in.get<header>();
+  const auto [h] = read_payload<>(m.payload());
   auto s = state_of(h.id);
   std::lock_guard lk(s->mu);
   granted_locked(*s, stored_message(), h.op == op_plain);

@@ -29,10 +29,6 @@ const char* kind_name(kind k) {
 [[noreturn]] void fail(mdsm_status code, const std::string& what) { throw error(code, what); }
 }  // namespace
 
-void payload_reader::need(std::size_t n) const {
-  if (p_.size() - at_ < n) fail(MDSM_ERR_MALFORMED, "mdsm: a coordination message is shorter than its fields");
-}
-
 services& current() {
   services* s = g_current.load(std::memory_order_acquire);
   if (s == nullptr) fail(MDSM_ERR_NOT_INITIALIZED, "mdsm is not initialized: call mdsm::init first");
@@ -71,8 +67,8 @@ services::services(MPI_Comm comm) {
   h_queue_pop = register_handler("mdsm.sync.queue.pop", on_queue_pop);
   // A NONE message {id}: the sender is destroying object id; waits on it here end with an error.
   h_destroyed = register_handler("mdsm.sync.destroyed", [](message& m) {
-    payload_reader in(m.payload());
-    if (auto obj = current().find_if_present(in.get<header>().id)) obj->mark_destroyed(m.origin());
+    const auto [h] = read_payload<>(m.payload());
+    if (auto obj = current().find_if_present(h.id)) obj->mark_destroyed(m.origin());
   });
 }
 

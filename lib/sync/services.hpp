@@ -17,6 +17,7 @@
 
 #include <mdsm/mdsm.hpp>
 
+#include "common/check.hpp"
 #include "common/deferred.hpp"
 #include "common/wait_subject.hpp"
 
@@ -30,6 +31,7 @@
 #include <mutex>
 #include <span>
 #include <string>
+#include <tuple>
 #include <type_traits>
 #include <unordered_map>
 #include <vector>
@@ -84,6 +86,18 @@ struct header {
   std::uint32_t id;
   std::uint32_t op;
 };
+// What a barrier arrival and departure carry after the header (barrier.cpp).
+struct barrier_arrival {
+  std::uint64_t epoch;
+  std::uint32_t participants;
+  std::uint32_t pad;
+  std::uint64_t metadata;
+};
+struct barrier_departure {
+  std::uint64_t epoch;
+  std::uint32_t collect;
+  std::uint32_t pad;
+};
 
 // Builds a payload: the header, then trivially copyable fields, then optional bytes.
 class payload_builder {
@@ -122,10 +136,23 @@ class payload_reader {
   std::span<const std::byte> rest() const { return p_.subspan(at_); }
 
  private:
-  void need(std::size_t n) const;
+  // Inline (it is all a decoder needs besides detail::fail), so the fuzz targets build without
+  // the rest of the library.
+  void need(std::size_t n) const {
+    if (p_.size() - at_ < n) detail::fail(MDSM_ERR_MALFORMED, "mdsm: a coordination message is shorter than its fields");
+  }
   std::span<const std::byte> p_;
   std::size_t at_ = 0;
 };
+
+// Decodes a payload laid out as the header, then Fields... (trailing bytes, such as a queue item,
+// are the message's own): every handler reads its message with one call, which test/fuzz runs on
+// arbitrary bytes. Throws MDSM_ERR_MALFORMED on short input.
+template <class... Fields>
+std::tuple<header, Fields...> read_payload(std::span<const std::byte> p) {
+  payload_reader in(p);
+  return std::tuple<header, Fields...>{in.get<header>(), in.get<Fields>()...};  // read in order
+}
 
 class services {
  public:

@@ -173,8 +173,7 @@ void match_locked(queue_state& s) {
 }  // namespace
 
 void on_queue_push(message& m) {
-  payload_reader in(m.payload());
-  auto s = state_of(in.get<header>().id);
+  auto s = state_of(std::get<header>(read_payload<>(m.payload())).id);
   std::lock_guard lk(s->mu);
   if (is_manager_role(*s, m, current().rank())) {
     if (m.origin() == current().rank()) --s->own_pushes_in_flight;
@@ -187,8 +186,7 @@ void on_queue_push(message& m) {
 }
 
 void on_queue_pop(message& m) {
-  payload_reader in(m.payload());
-  auto s = state_of(in.get<header>().id);
+  auto s = state_of(std::get<header>(read_payload<>(m.payload())).id);
   std::lock_guard lk(s->mu);
   const auto r = static_cast<std::size_t>(m.origin());
   if (s->forwarded_ns[r] != 0) s->turnaround_ns[r] = object::now_ns() - s->forwarded_ns[r];
@@ -198,8 +196,7 @@ void on_queue_pop(message& m) {
 }
 
 void on_queue_reply(message& m) {
-  payload_reader in(m.payload());
-  auto s = state_of(in.get<header>().id);
+  auto s = state_of(std::get<header>(read_payload<>(m.payload())).id);
   std::lock_guard lk(s->mu);
   s->result = 2;
 }

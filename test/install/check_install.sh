@@ -20,12 +20,26 @@ for h in mdsm.h mdsm.hpp mdsm_status.h error.hpp; do
   [[ -f "$(pkg-config --variable=includedir mdsm)/mdsm/$h" ]] || { echo "header $h missing" >&2; exit 1; }
 done
 cd "$dest"
+# The build's compilers, and its sanitizers (meson test sets CC, CXX and MDSM_SANITIZE): a library
+# built with -fsanitize needs programs built with the same flags, which bring the runtime.
+read -r -a cc <<<"${CC:-cc}"
+read -r -a cxx <<<"${CXX:-c++}"
+sanitize=()
+[[ "${MDSM_SANITIZE:-none}" == none ]] || sanitize=("-fsanitize=$MDSM_SANITIZE")
 # Shared library.
-cc -std=c11 -Wall -Wextra -Werror -o hello_c "$src/examples/hello.c" $(pkg-config --cflags --libs mdsm)
-c++ -std=c++20 -Wall -Wextra -Werror -o hello_cpp "$src/examples/hello.cpp" $(pkg-config --cflags --libs mdsm)
+if ((${#sanitize[@]})); then
+  # A C program using a sanitized C++ library also needs the sanitizer's C++ runtime (clang's
+  # UBSan keeps its type checks there): compiled as C, linked by the C++ driver.
+  "${cc[@]}" "${sanitize[@]}" -std=c11 -Wall -Wextra -Werror -c -o hello_c.o "$src/examples/hello.c" $(pkg-config --cflags mdsm)
+  "${cxx[@]}" "${sanitize[@]}" -o hello_c hello_c.o $(pkg-config --libs mdsm)
+else
+  "${cc[@]}" -std=c11 -Wall -Wextra -Werror -o hello_c "$src/examples/hello.c" $(pkg-config --cflags --libs mdsm)
+fi
+"${cxx[@]}" "${sanitize[@]}" -std=c++20 -Wall -Wextra -Werror -o hello_cpp "$src/examples/hello.cpp" \
+  $(pkg-config --cflags --libs mdsm)
 # Static libmdsm: the archive, then the shared libraries it needs (MPI, hwloc). A fully static
 # `pkg-config --static` link would also need hwloc's private dependencies (libudev) as archives.
-c++ -std=c++20 -Wall -Wextra -Werror -o hello_static "$src/examples/hello.cpp" \
+"${cxx[@]}" "${sanitize[@]}" -std=c++20 -Wall -Wextra -Werror -o hello_static "$src/examples/hello.cpp" \
   $(pkg-config --cflags mdsm) "$libdir/libmdsm.a" $(pkg-config --libs ompi-c hwloc) -lpthread
 if ldd ./hello_static | grep -q libmdsm; then echo "hello_static links libmdsm dynamically" >&2; exit 1; fi
 export LD_LIBRARY_PATH="$libdir"

@@ -32,6 +32,7 @@
 // the wait ends. This is the seam lib/threads plugs into.
 #pragma once
 
+#include "net/context.hpp"
 #include "net/transport.hpp"
 #include "stats/clock.hpp"
 
@@ -69,23 +70,6 @@ struct wait_hooks {
   void (*idle)(void* ctx) = nullptr;
   void (*wake)(void* ctx) = nullptr;
   void* ctx = nullptr;
-};
-
-// Name of the message handler running on this thread, or nullptr outside handler context.
-// Initial-exec TLS (lib/meson.build), read and written inline: it is set around every handler.
-extern thread_local constinit const char* t_current_handler;
-inline const char* current_handler() noexcept { return t_current_handler; }
-
-// Marks the calling thread as running a handler for its lifetime (lib/messages, lib/coherence).
-class handler_scope {
- public:
-  explicit handler_scope(const char* name) noexcept : previous_(t_current_handler) { t_current_handler = name; }
-  ~handler_scope() { t_current_handler = previous_; }
-  handler_scope(const handler_scope&) = delete;
-  handler_scope& operator=(const handler_scope&) = delete;
-
- private:
-  const char* previous_;
 };
 
 class progress {

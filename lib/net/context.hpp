@@ -1,7 +1,9 @@
-// The context a thread runs in: inside a message handler or not. What a thread may do depends
-// on it (a handler must not wait).
+// The context a thread runs in, as far as sending is concerned: inside a message handler, or in
+// a scope whose sends must not wait. Both decide what a send does when the destination's credit
+// window is full (net/flow.hpp): a thread in either never waits there.
 //
-// Initial-exec TLS (lib/meson.build), read and written inline: it is set around every handler.
+// Initial-exec TLS (lib/meson.build), read and written inline: it is read on every send and set
+// around every handler.
 #pragma once
 
 namespace mdsm::net {
@@ -21,5 +23,23 @@ class handler_scope {
  private:
   const char* previous_;
 };
+
+// Depth of unthrottled scopes on this thread: while > 0 its sends never wait for credits.
+extern thread_local constinit unsigned t_unthrottled;
+
+// Sends made by this thread while one lives never wait for credits; they may overrun the window
+// like a handler's (net/flow.hpp). For messages sent while holding a lock that this rank's
+// handlers take (a wait would deliver frames and run such a handler on this thread), and for
+// protocol requests whose number is bounded by their waiting senders. Nests.
+class unthrottled_scope {
+ public:
+  unthrottled_scope() noexcept { ++t_unthrottled; }
+  ~unthrottled_scope() { --t_unthrottled; }
+  unthrottled_scope(const unthrottled_scope&) = delete;
+  unthrottled_scope& operator=(const unthrottled_scope&) = delete;
+};
+
+// True if a send from this thread may wait for credits (application thread, no scope).
+inline bool sends_may_wait() noexcept { return (t_current_handler == nullptr) & (t_unthrottled == 0); }
 
 }  // namespace mdsm::net

@@ -27,6 +27,10 @@
 // MDSM_PROGRESS_SPIN_US, MDSM_PROGRESS_SLEEP_MIN_US, MDSM_PROGRESS_SLEEP_MAX_US,
 // MDSM_PROGRESS_PARK_MAX_US, MDSM_PROGRESS_PIN (1/0). See docs/RUNNING.md.
 //
+// Flow control waits here too: an application thread whose send finds the destination's credit
+// window full (net/flow.hpp) waits in wait_until, delivering this rank's frames meanwhile, which
+// is what keeps two ranks flooding each other from deadlocking.
+//
 // Upcalls: wait_until reports `block` when a wait begins, `idle` on every turn of the wait loop
 // (a user-level scheduler switches to another thread there instead of spinning) and `wake` when
 // the wait ends. This is the seam lib/threads plugs into.
@@ -134,6 +138,9 @@ class progress {
     if (hooks_.wake) hooks_.wake(hooks_.ctx);
   }
   void add_wait_time(const waiter_guard& w);
+  // The transport's window waiter: an application thread whose send found dest's credit window
+  // full waits here, delivering frames (net/flow.hpp).
+  static void wait_for_window(void* ctx, int dest);
   void wake_parked();  // if the progress thread is parked
   void idle(unsigned& turns, waiter_guard& w);
   void thread_main();

@@ -27,7 +27,9 @@ build's own binary with its own library, e.g. a worktree of the old commit:
     /usr/bin/python3 bench/compare_launches.py -n 20 build-rel/bench/bench_messages \\
         old=@/tmp/old/build-rel new=-
 
-Launches go through tools/mdsmrun with 2 ranks.
+Launches go through tools/mdsmrun with 2 ranks; --mpirun-args passes it more (for instance
+'--mca btl self,tcp' to run over TCP on one host). Besides the ratios it prints each row's
+median time per iteration, with its range, over the launches (each launch's median round).
 """
 
 import argparse
@@ -79,21 +81,51 @@ def ratios(output):
     return rows
 
 
+def times(output):
+    """(group, variant) -> median time in us for every row of the report table, baselines too."""
+    rows = {}
+    for line in output.splitlines():
+        fields = line.split()
+        if len(fields) >= 6 and fields[2].endswith("us") and (fields[5].endswith("x") or fields[5] == "baseline"):
+            try:
+                rows[(fields[0], fields[1])] = float(fields[2][:-2])
+            except ValueError:
+                pass
+    return rows
+
+
+def print_table(title, results, fmt):
+    print(title)
+    keys = []
+    for per_variant in results.values():
+        keys += [k for k in per_variant if k not in keys]
+    width = max(len(f"{g} {v}") for g, v in keys)
+    print(f"{'row':<{width}}  " + "  ".join(f"{name:>26}" for name in results))
+    for key in keys:
+        cells = []
+        for name in results:
+            vals = results[name].get(key, [])
+            cells.append(f"{fmt(statistics.median(vals))} [{fmt(min(vals))}-{fmt(max(vals))}]" if vals else "-")
+        print(f"{key[0] + ' ' + key[1]:<{width}}  " + "  ".join(f"{c:>26}" for c in cells))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("-n", "--launches", type=int, default=6, help="launches per variant (default 6)")
     ap.add_argument("benchmark", help="benchmark binary, e.g. build-rel/bench/bench_messages")
     ap.add_argument("variants", nargs="+", type=parse_variant, help="NAME=LIBDIR[:VAR=VALUE,...]")
     ap.add_argument("--args", default="", help="extra arguments for the benchmark")
+    ap.add_argument("--mpirun-args", default="", help="extra arguments for tools/mdsmrun, e.g. '--mca btl self,tcp'")
     args = ap.parse_args()
 
     runner = str(ROOT / "tools" / "mdsmrun")
     results = {name: {} for name, _, _ in args.variants}
+    medians = {name: {} for name, _, _ in args.variants}
     for launch in range(args.launches):
         for name, libdir, extra in args.variants:
             env = dict(os.environ)
             env.update(extra)
-            cmd = [runner, "-n", "2"]
+            cmd = [runner, "-n", "2"] + args.mpirun_args.split()
             for key in extra:
                 cmd += ["-x", key]
             binary = args.benchmark
@@ -110,19 +142,14 @@ def main():
                 sys.exit(f"launch {launch + 1} of variant '{name}' failed (exit {done.returncode})")
             for key, value in rows.items():
                 results[name].setdefault(key, []).append(value)
+            for key, value in times(done.stdout).items():
+                medians[name].setdefault(key, []).append(value)
             print(f"launch {launch + 1}/{args.launches} {name}: " +
                   " ".join(f"{g.split('/')[-1]}/{v}={r:.3f}" for (g, v), r in rows.items()), flush=True)
 
-    print(f"\nmedian ratio over {args.launches} launches [min - max]")
-    keys = list(next(iter(results.values())).keys())
-    width = max(len(f"{g} {v}") for g, v in keys)
-    print(f"{'row':<{width}}  " + "  ".join(f"{name:>22}" for name in results))
-    for key in keys:
-        cells = []
-        for name in results:
-            vals = results[name].get(key, [])
-            cells.append(f"{statistics.median(vals):.3f} [{min(vals):.2f}-{max(vals):.2f}]" if vals else "-")
-        print(f"{key[0] + ' ' + key[1]:<{width}}  " + "  ".join(f"{c:>22}" for c in cells))
+    print_table(f"\nmedian ratio over {args.launches} launches [min - max]", results, lambda v: f"{v:.3f}")
+    print_table(f"\nmedian time per iteration (us) over {args.launches} launches [min - max]", medians,
+                lambda v: f"{v:.3f}" if v < 100 else f"{v:.0f}")
 
 
 if __name__ == "__main__":

@@ -63,8 +63,14 @@ typedef void (*mdsm_handler_fn)(mdsm_message* msg, void* context);
 
 /* Collective: same handlers, same order, on every rank. */
 mdsm_status mdsm_register_handler(const char* name, mdsm_handler_fn fn, void* context, mdsm_handler_id* id);
-/* Asynchronous; the payload is copied before the call returns. */
+/* Asynchronous; the payload is copied before the call returns. From an application thread it may
+   first wait for flow control, delivering messages meanwhile (see mdsm::unthrottled_sends). */
 mdsm_status mdsm_send(int dest, mdsm_handler_id handler, const void* payload, size_t len, mdsm_annotation annotation);
+/* Between begin and end (per thread, nesting), this thread's sends never wait for flow control:
+   for sends made while holding a lock this rank's handlers take (see mdsm::unthrottled_sends).
+   end without a matching begin: MDSM_ERR_INVALID_ARGUMENT. */
+mdsm_status mdsm_unthrottled_begin(void);
+mdsm_status mdsm_unthrottled_end(void);
 
 int mdsm_message_source(const mdsm_message* msg);
 int mdsm_message_origin(const mdsm_message* msg);

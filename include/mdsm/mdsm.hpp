@@ -119,7 +119,8 @@ handler_id register_handler(std::string_view name, handler_fn fn);
 
 // Sends `payload` to `dest`'s handler `h`. Asynchronous: returns once the payload is copied
 // (it may lie anywhere, coherent memory included). RELEASE and RELEASE_NT close the current
-// interval. Per-sender order is preserved end to end.
+// interval. Per-sender order is preserved end to end. From an application thread it may first
+// wait for flow control (see unthrottled_sends), delivering messages meanwhile.
 void send(int dest, handler_id h, std::span<const std::byte> payload, annotation a);
 
 template <class T>
@@ -127,6 +128,28 @@ void send_value(int dest, handler_id h, const T& value, annotation a) {
   static_assert(std::is_trivially_copyable_v<T>, "send_value needs a trivially copyable type; use send() with bytes");
   send(dest, h, std::as_bytes(std::span<const T, 1>(&value, 1)), a);
 }
+
+// Flow control. A rank takes in at most a window of another rank's messages (MDSM_FLOW_WINDOW
+// credits of 4 KiB; docs/PROTOCOL.md) before that rank's application threads wait: send(),
+// forward() and stored_message::forward() from an application thread whose destination has not
+// yet taken in enough of its earlier messages wait like wait_until() -- they deliver incoming
+// messages meanwhile, so handlers may run on the calling thread inside them. So memory stays
+// bounded however fast a rank sends, and two ranks flooding each other both progress. Sends
+// from a handler never wait (they may go beyond the window; a rank whose handlers run far ahead
+// of a peer stops returning credits to the application threads feeding it until it catches up).
+//
+// While an unthrottled_sends object lives, the sends of the thread that made it never wait
+// either. Hold one while sending with a lock held that this rank's handlers also take (a handler
+// run by the wait would block on that lock); keep the number of such sends bounded (a grant, a
+// token, a reply). Nests; destroy it on the thread that made it. lib/sync holds one with every
+// object lock.
+class unthrottled_sends {
+ public:
+  unthrottled_sends() noexcept;
+  ~unthrottled_sends();
+  unthrottled_sends(const unthrottled_sends&) = delete;
+  unthrottled_sends& operator=(const unthrottled_sends&) = delete;
+};
 
 // A message, as seen by its handler. Valid only while the handler runs (store() to keep it).
 class message {

@@ -7,6 +7,7 @@
 #include <mdsm/mdsm.hpp>
 
 #include <cstring>
+#include <optional>
 #include <string>
 
 namespace mdsm::capi {
@@ -96,6 +97,27 @@ mdsm_status mdsm_send(int dest, mdsm_handler_id handler, const void* payload, si
     mdsm::send(dest, handler, std::span<const std::byte>(static_cast<const std::byte*>(payload), len),
                static_cast<mdsm::annotation>(raw));
   });
+}
+
+namespace {
+// The C form of mdsm::unthrottled_sends: one scope object per thread, held while the nesting
+// depth is above zero.
+thread_local unsigned t_unthrottled_depth = 0;
+thread_local std::optional<mdsm::unthrottled_sends> t_unthrottled;
+}  // namespace
+
+mdsm_status mdsm_unthrottled_begin(void) {
+  if (t_unthrottled_depth++ == 0) t_unthrottled.emplace();
+  return MDSM_SUCCESS;
+}
+
+mdsm_status mdsm_unthrottled_end(void) {
+  if (t_unthrottled_depth == 0) {
+    mdsm::capi::last_error() = "mdsm_unthrottled_end: no mdsm_unthrottled_begin of this thread to end";
+    return MDSM_ERR_INVALID_ARGUMENT;
+  }
+  if (--t_unthrottled_depth == 0) t_unthrottled.reset();
+  return MDSM_SUCCESS;
 }
 
 int mdsm_message_source(const mdsm_message* m) { return m ? msg(m).source() : -1; }

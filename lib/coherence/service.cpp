@@ -19,6 +19,10 @@ std::uint32_t engine::register_box(box_ptr box) {
 }
 
 void engine::send_protocol(int dest, std::uint32_t op, std::uint32_t token, std::span<const std::byte> payload) {
+  // Never waits for credits (net/flow.hpp): replies are sent by handlers, and requests are
+  // bounded by the waits they start (at most one per writer and fault, one round per GC) and are
+  // often sent with page or metadata locks held, which a wait's handlers could need.
+  net::unthrottled_scope unthrottled;
   stats::add(stats::counter::protocol_msgs_sent);
   stats::add(stats::counter::protocol_bytes_sent, sizeof(net::frame_header) + payload.size());
   transport_.send(dest, net::make_header(net::channel::coherence, op, rank_, 0, token), payload);

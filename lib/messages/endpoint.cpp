@@ -154,7 +154,7 @@ void endpoint::send_annotated(int dest, const net::frame_header& header, std::sp
   h.payload_len = static_cast<std::uint32_t>(payload.size());
   h.cinfo_len = static_cast<std::uint32_t>(cinfo_len);
   frame.fill_slot(header_at, h);
-  transport_.send_frame(dest, frame.bytes());
+  transport_.send_frame(dest, frame.mutable_bytes());
   // A REQUEST expects an answer (a lock grant, an item, a reply): wake the receiver if it naps.
   if (a == annotation::request) transport_.bells().ring(dest);
 }

@@ -69,9 +69,24 @@ progress::progress(transport& t, progress_config cfg)
     : transport_(t),
       cfg_(cfg),
       long_wait_ticks_(static_cast<std::uint64_t>(static_cast<double>(cfg.sleep_max_ns) / stats::ns_per_tick())),
-      deadline_ticks_(static_cast<std::uint64_t>(static_cast<double>(cfg.wait_deadline_ns) / stats::ns_per_tick())) {}
+      deadline_ticks_(static_cast<std::uint64_t>(static_cast<double>(cfg.wait_deadline_ns) / stats::ns_per_tick())) {
+  t.set_window_waiter(&progress::wait_for_window, this);
+}
 
-progress::~progress() { stop_thread(); }
+progress::~progress() {
+  stop_thread();
+  transport_.set_window_waiter(nullptr, nullptr);
+}
+
+void progress::wait_for_window(void* ctx, int dest) {
+  auto& p = *static_cast<progress*>(ctx);
+  detail::wait_subject subject{.what = "flow-control credits (the receiver has not consumed this rank's earlier "
+                                       "messages)",
+                               .peer = dest,
+                               .peer_role = "the destination"};
+  detail::waiting_for waiting(subject);
+  p.wait_until([&p, dest] { return !p.transport_.window_full(dest); });
+}
 
 std::uint64_t progress::now_ns() noexcept {
   return static_cast<std::uint64_t>(

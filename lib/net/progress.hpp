@@ -35,12 +35,16 @@
 // deadline is never ended. Only yielding turns of a wait read the clock, so waits answered
 // within the spin pay nothing for it.
 //
+// Flow control waits here too: an application thread whose send finds the destination's credit
+// window full (net/flow.hpp) waits in wait_until, delivering this rank's frames meanwhile, which
+// is what keeps two ranks flooding each other from deadlocking.
+//
 // Upcalls: wait_until reports `block` when a wait begins, `idle` on every turn of the wait loop
 // (a user-level scheduler switches to another thread there instead of spinning) and `wake` when
 // the wait ends. This is the seam lib/threads plugs into.
 #pragma once
 
-#include "common/deferred.hpp"
+#include "net/context.hpp"
 #include "net/transport.hpp"
 #include "stats/clock.hpp"
 
@@ -79,27 +83,6 @@ struct wait_hooks {
   void (*idle)(void* ctx) = nullptr;
   void (*wake)(void* ctx) = nullptr;
   void* ctx = nullptr;
-};
-
-// Name of the message handler running on this thread, or nullptr outside handler context.
-// Initial-exec TLS (lib/meson.build), read and written inline: it is set around every handler.
-extern thread_local constinit const char* t_current_handler;
-inline const char* current_handler() noexcept { return t_current_handler; }
-
-// Marks the calling thread as running a handler for its lifetime (lib/messages, lib/coherence).
-// A handler holds deferred errors: one recorded earlier is the application's to receive, and
-// thrown out of a send or accept in the middle of a handler it would leave the protocol state
-// the handler was changing half-done.
-class handler_scope {
- public:
-  explicit handler_scope(const char* name) noexcept : previous_(t_current_handler) { t_current_handler = name; }
-  ~handler_scope() { t_current_handler = previous_; }
-  handler_scope(const handler_scope&) = delete;
-  handler_scope& operator=(const handler_scope&) = delete;
-
- private:
-  const char* previous_;
-  detail::hold_deferred hold_;
 };
 
 class progress {
@@ -168,6 +151,9 @@ class progress {
   }
   void add_wait_time(const waiter_guard& w);
   [[noreturn]] void deadline_passed(std::uint64_t waited_ticks);
+  // The transport's window waiter: an application thread whose send found dest's credit window
+  // full waits here, delivering frames (net/flow.hpp).
+  static void wait_for_window(void* ctx, int dest);
   void wake_parked();  // if the progress thread is parked
   void idle(unsigned& turns, waiter_guard& w);
   void thread_main();

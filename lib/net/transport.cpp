@@ -1,7 +1,6 @@
 #include "net/transport.hpp"
 
 #include "common/deferred.hpp"
-#include "net/progress.hpp"
 #include "stats/counters.hpp"
 
 #include <cstdio>
@@ -12,6 +11,7 @@ namespace mdsm::net {
 namespace {
 
 constexpr int k_large_tag = 1;
+constexpr std::uint32_t k_op_credit = 2;  // control channel: no payload; the header's credit field
 
 [[noreturn, gnu::noinline, gnu::cold]] void mpi_failed(int rc, const char* what) {
   char text[MPI_MAX_ERROR_STRING];
@@ -52,7 +52,7 @@ inline std::size_t received_bytes(const MPI_Status& st) {
 
 }  // namespace
 
-transport::transport(MPI_Comm base, std::size_t inline_max) : inline_max_(inline_max) {
+transport::transport(MPI_Comm base, std::size_t inline_max, std::uint32_t window) : inline_max_(inline_max) {
   // Every channel slot has a consumer, so delivery dispatches without a test: unclaimed channels
   // report the frame, the control channel is the transport's own.
   for (unsigned c = 0; c <= k_channel_max; ++c) set_handler(static_cast<channel>(c), nullptr, nullptr);
@@ -62,6 +62,11 @@ transport::transport(MPI_Comm base, std::size_t inline_max) : inline_max_(inline
   MPI_Comm_set_errhandler(coll_comm_, MPI_ERRORS_RETURN);
   MPI_Comm_rank(comm_, &rank_);
   MPI_Comm_size(comm_, &size_);
+  // Both ends of a pair must cost frames alike (costs are capped at the window) and a receiver
+  // reports by a quarter of it: one window for the job, the smallest any rank asks for.
+  window = std::clamp(window, flow_control::k_min_window, flow_control::k_max_window);
+  check_mpi(MPI_Allreduce(MPI_IN_PLACE, &window, 1, MPI_UINT32_T, MPI_MIN, coll_comm_), "MPI_Allreduce");
+  flow_.configure(size_, window);
   bells_ = std::make_unique<doorbells>(comm_);
   sent_base_ = stats::get_since_load(stats::counter::frames_sent);
   // Every slot starts on a cache line of its own.
@@ -103,8 +108,14 @@ void transport::set_handler(channel c, frame_handler fn, void* ctx) {
 
 void transport::on_control(void* ctx, const inbound_frame& f) {
   auto& t = *static_cast<transport*>(ctx);
-  if (f.header.handler != k_op_large) return report_malformed(t.rank_, f.source, "unknown control operation");
-  t.take_large(f.payload(), f.source);
+  switch (f.header.handler) {
+    case k_op_large: return t.take_large(f.payload(), f.source);
+    case k_op_credit:  // its credit field was taken in by deliver(), like every frame's
+      if (f.header.payload_len != 0 || f.header.cinfo_len != 0)
+        return report_malformed(t.rank_, f.source, "credit frame with a payload");
+      return;
+    default: return report_malformed(t.rank_, f.source, "unknown control operation");
+  }
 }
 
 void transport::on_unclaimed(void* ctx, const inbound_frame& f) {
@@ -136,20 +147,67 @@ thread_local staging t_staging;
 void transport::send_staged(int dest, frame_header h, std::span<const std::byte> payload) {
   const std::uint64_t len = sizeof(frame_header) + payload.size();
   check_frame_size(len);
+  // Before the staging buffer is touched: a wait for credits may run a handler that sends.
+  const std::uint8_t flags = claim(dest, flow_.cost(len));
   h.payload_len = static_cast<std::uint32_t>(payload.size());
   h.cinfo_len = 0;
   std::byte* const buffer = t_staging.get(len, inline_max_, *this);
   std::memcpy(buffer, &h, sizeof h);
   std::memcpy(buffer + sizeof h, payload.data(), payload.size());
-  post(len, dest);
+  post(len, dest, flags);
 }
 
-void transport::send_frame(int dest, std::span<const std::byte> frame) {
+void transport::send_frame(int dest, std::span<std::byte> frame) {
   MDSM_ASSERT(dest >= 0 && dest < size_, "send to a rank out of range");
   check_frame_size(frame.size());
-  if (frame.size() <= k_eager_send_max) return send_eager(frame.data(), frame.size(), dest);  // no copy
+  const std::uint32_t cost = flow_.cost(frame.size());
+  std::uint8_t flags = k_flag_waits;
+  std::vector<std::byte> aside;
+  if (!sends_may_wait()) {
+    flags = overdraw(dest, cost);
+  } else if (!flow_.try_claim(dest, cost)) [[unlikely]] {
+    // The frame may lie in a per-thread buffer (endpoint's annotated writer) that a handler run
+    // by the wait reuses: wait with a copy. Rare: only when the window is full.
+    aside.assign(frame.begin(), frame.end());
+    frame = aside;
+    await_credits(dest, cost);
+  }
+  if (frame.size() <= k_eager_send_max) {  // no copy
+    write_hop(frame.data(), dest, flags);
+    return send_eager(frame.data(), frame.size(), dest);
+  }
   std::memcpy(t_staging.get(frame.size(), inline_max_, *this), frame.data(), frame.size());
-  post(frame.size(), dest);
+  post(frame.size(), dest, flags);
+}
+
+std::uint8_t transport::overdraw(int dest, std::uint32_t cost) {
+  if (flow_.charge(dest, cost)) stats::add(stats::counter::flow_overdrafts);
+  return 0;
+}
+
+void transport::await_credits(int dest, std::uint32_t cost) {
+  stats::add(stats::counter::flow_waits);
+  // The destination's progress thread may nap while its application computes; our frames are
+  // what it must take in to return credits, so wake it (no-op unless it naps on this host).
+  bells_->ring(dest);
+  while (!flow_.try_claim(dest, cost)) {
+    if (waiter_.fn == nullptr) {  // no wait point (start-up or shut-down): overdraw
+      flow_.charge(dest, cost);
+      return;
+    }
+    waiter_.fn(waiter_.ctx, dest);
+  }
+}
+
+void transport::send_credit(int dest) {
+  frame_header h = make_header(channel::control, k_op_credit, rank_);
+  h.credit = flow_.report(dest);
+  stats::add(stats::counter::credit_frames);
+  send_eager(reinterpret_cast<const std::byte*>(&h), sizeof h, dest);
+}
+
+void transport::review_flow() {
+  if (flow_.review([this](int r) { send_credit(r); })) stats::add(stats::counter::flow_throttles);
 }
 
 std::uint64_t transport::frames_sent() const {
@@ -157,6 +215,11 @@ std::uint64_t transport::frames_sent() const {
 }
 
 void transport::send_raw_for_test(int dest, std::span<const std::byte> bytes) {
+  // Charged as the receiver counts it (take_in): every frame but one whose channel byte says
+  // control.
+  if (bytes.size() < sizeof(frame_header) ||
+      bytes[offsetof(frame_header, chan)] != static_cast<std::byte>(channel::control))
+    flow_.charge(dest, flow_.cost(bytes.size()));
   auto buffer = std::make_unique_for_overwrite<std::byte[]>(bytes.size());
   std::memcpy(buffer.get(), bytes.data(), bytes.size());
   stats::add(stats::counter::frames_sent);
@@ -165,7 +228,8 @@ void transport::send_raw_for_test(int dest, std::span<const std::byte> bytes) {
 
 void transport::send_failed(int rc) { mpi_failed(rc, "MPI_Send"); }
 
-void transport::post(std::size_t len, int dest) {
+void transport::post(std::size_t len, int dest, std::uint8_t flags) {
+  write_hop(t_staging.buffer.get(), dest, flags);
   if (len <= k_eager_send_max) return send_eager(t_staging.buffer.get(), len, dest);
   stats::add(stats::counter::frames_sent);
   stats::add(stats::counter::frame_bytes_sent, len);
@@ -174,8 +238,11 @@ void transport::post(std::size_t len, int dest) {
     return;
   }
   stats::add(stats::counter::large_frames);
+  // The announcement is a control frame: the frame's credits were charged for the whole of it,
+  // and the receiver counts them when it takes the body in.
   frame_header h = make_header(channel::control, k_op_large, rank_);
   h.payload_len = sizeof(std::uint64_t);
+  h.credit = flow_.report(dest);
   const std::uint64_t body = len;
   auto announce = std::make_unique_for_overwrite<std::byte[]>(sizeof h + sizeof body);
   std::memcpy(announce.get(), &h, sizeof h);
@@ -238,16 +305,29 @@ void transport::retire_sends() {
   }
 }
 
-inline void transport::deliver(std::span<const std::byte> bytes, int source) {
+void transport::take_in_short(std::size_t len, int source) {
+  if (flow_.take_in(source, flow_.cost(len), false)) send_credit(source);
+}
+
+inline void transport::deliver(std::span<std::byte> bytes, int source) {
   stats::storage::block& counts = stats::local();
   stats::add(counts, stats::counter::frames_received);
   stats::add(counts, stats::counter::frame_bytes_received, bytes.size());
   frame_header h;
-  if (bytes.size() < sizeof h) [[unlikely]]
+  if (bytes.size() < sizeof h) [[unlikely]] {
+    take_in_short(bytes.size(), source);
     return report_malformed(rank_, source, "shorter than a header");
+  }
   std::memcpy(&h, bytes.data(), sizeof h);
+  // The frame's credits, counted whatever follows (the sender charged them; send_raw_for_test
+  // follows the same rule), before a handler's reply can report them. Control frames cost none.
+  if (h.chan != static_cast<std::uint8_t>(channel::control) &&
+      flow_.take_in(source, flow_.cost(bytes.size()), (h.flags & k_flag_waits) != 0)) [[unlikely]]
+    send_credit(source);
   if (!header_ok(h, bytes.size(), size_)) [[unlikely]]
     return report_malformed(rank_, source, header_problem(h, bytes.size(), size_));
+  if (!flow_.take_report(source, h.credit)) [[unlikely]]
+    return report_malformed(rank_, source, "more credits returned than were sent");
   const inbound_frame f{h, source, bytes.data()};
   const slot& s = handlers_[h.chan];
   try {
@@ -286,8 +366,10 @@ std::size_t transport::poll(std::size_t max_frames) {
       report_malformed(rank_, st.MPI_SOURCE, "larger than the receive buffer");
       continue;
     }
-    deliver(std::span<const std::byte>(ring_slot(slot), received_bytes(st)), st.MPI_SOURCE);
+    deliver(std::span<std::byte>(ring_slot(slot), received_bytes(st)), st.MPI_SOURCE);
   }
+  if (flow_.review_due()) [[unlikely]]
+    review_flow();
   return delivered;
 }
 
@@ -315,7 +397,7 @@ void transport::take_large(std::span<const std::byte> announcement, int source) 
   std::memcpy(&h, body.data(), sizeof h);
   if (h.chan == static_cast<std::uint8_t>(channel::control))
     return report_malformed(rank_, source, "nested large-frame announcement");
-  deliver(std::span<const std::byte>(body.data(), len), source);
+  deliver(std::span<std::byte>(body.data(), len), source);
   if (body.size() > k_spare_max) std::vector<std::byte>().swap(body);
 }
 

@@ -9,11 +9,19 @@
 // small control frame in the ring and its bytes follow on a second tag; the receiver takes the
 // body when it reaches the announcement, so large frames keep their place in the order too.
 //
+// Flow control (net/flow.hpp): every send claims credits from the destination's window before
+// its frame is built; an application thread whose window is full waits for them at the wait
+// point (the progress engine installs it: set_window_waiter), anything else overdraws. The
+// transport writes the per-hop header fields (the credits returned to the destination, the
+// flags) into every frame it sends, and counts the credits of every frame it takes in.
+//
 // Threads: send() may be called from any thread. poll() and drain() only by the holder of the
 // progress lock (lib/net/progress.hpp), which is what makes handlers run one at a time.
 #pragma once
 
+#include "net/context.hpp"
 #include "net/doorbells.hpp"
+#include "net/flow.hpp"
 #include "net/wire.hpp"
 #include "stats/counters.hpp"
 
@@ -53,15 +61,16 @@ inline void copy_small(std::byte* dst, const std::byte* src, std::size_t n) {
 // are computed from the validated header. The bytes are valid only while the consumer runs.
 struct inbound_frame {
   frame_header header;
-  int source;             // rank the frame came from (the last forwarder)
-  const std::byte* bytes;  // the whole frame
+  int source;        // rank the frame came from (the last forwarder)
+  std::byte* bytes;  // the whole frame, in the transport's receive buffer
 
   std::span<const std::byte> payload() const noexcept { return {bytes + sizeof header, header.payload_len}; }
   std::span<const std::byte> cinfo() const noexcept {
     return {bytes + sizeof header + header.payload_len, header.cinfo_len};
   }
-  // header + payload + cinfo, for forwarding unchanged
-  std::span<const std::byte> whole() const noexcept {
+  // header + payload + cinfo, for forwarding unchanged (mutable: the transport writes the new
+  // hop's header fields in place when it sends it on)
+  std::span<std::byte> whole() const noexcept {
     return {bytes, sizeof header + header.payload_len + header.cinfo_len};
   }
 };
@@ -78,10 +87,13 @@ class transport {
   static constexpr int k_ring_tag = 0;  // the receive ring's tag on the private communicator
 
   using frame_handler = void (*)(void* ctx, const inbound_frame& frame);
+  // Waits (delivering frames) until dest's window is no longer full (see set_window_waiter).
+  using window_waiter = void (*)(void* ctx, int dest);
 
   // Collective over `base`: duplicates it twice (point-to-point traffic and collectives, so
-  // neither can match the other or the user's traffic).
-  transport(MPI_Comm base, std::size_t inline_max);
+  // neither can match the other or the user's traffic), and agrees on the credit window: the
+  // smallest `window` any rank asks for (net/flow.hpp).
+  transport(MPI_Comm base, std::size_t inline_max, std::uint32_t window = flow_control::k_default_window);
   ~transport();
   transport(const transport&) = delete;
   transport& operator=(const transport&) = delete;
@@ -95,12 +107,20 @@ class transport {
   // control channel is the transport's own.
   void set_handler(channel c, frame_handler fn, void* ctx);
 
+  // How an application thread waits for credits: the progress engine's wait point (it must
+  // deliver this rank's frames while it waits, see net/flow.hpp). Without one (before the engine
+  // exists, or after), sends never wait.
+  void set_window_waiter(window_waiter fn, void* ctx) noexcept { waiter_ = {fn, ctx}; }
+  bool window_full(int dest) const noexcept { return flow_.window_full(dest); }
+  std::uint32_t flow_window() const noexcept { return flow_.window(); }
+
   // Sends header + payload as one frame (no consistency information: NONE messages, protocol
   // requests and replies; annotated frames are built in place and go through send_frame). The
   // lengths in `h` are filled in here. Asynchronous: returns once the bytes are copied. A frame
   // that fits k_stack_frame_max is assembled on the caller's stack and sent from there, inline
   // (the NONE message path); a larger one goes through send_staged. `counts` is the caller's
-  // statistics block. Pre: 0 <= dest < size().
+  // statistics block. From an application thread, first waits while dest's window is full
+  // (delivering frames: handlers may run on this thread). Pre: 0 <= dest < size().
   void send(int dest, const frame_header& h, std::span<const std::byte> payload) {
     send(dest, h, payload, stats::local());
   }
@@ -109,19 +129,26 @@ class transport {
     MDSM_ASSERT(dest >= 0 && dest < size_, "send to a rank out of range");
     if (payload.size() > k_stack_frame_max - sizeof h) [[unlikely]]
       return send_staged(dest, h, payload);
+    // Credits first: a wait may run handlers on this thread, which send too. A frame this small
+    // costs one credit.
+    const std::uint8_t flags = claim(dest, 1);
     alignas(16) std::byte frame[k_stack_frame_max];
     std::memcpy(frame, &h, sizeof h);
     const auto n = static_cast<std::uint32_t>(payload.size());
     std::memcpy(frame + offsetof(frame_header, payload_len), &n, sizeof n);
     std::memset(frame + offsetof(frame_header, cinfo_len), 0, sizeof h.cinfo_len);
     copy_small(frame + sizeof h, payload.data(), n);
+    write_hop(frame, dest, flags);
     send_eager(frame, sizeof h + n, dest, counts);
   }
 
-  // Sends an already assembled frame unchanged (forwarding, or a frame built in place). Small
-  // frames go straight from `frame`, larger ones through a copy. Pre: 0 <= dest < size(), the
-  // header's lengths match frame.size().
-  void send_frame(int dest, std::span<const std::byte> frame);
+  // Sends an already assembled frame (forwarding, or a frame built in place); the transport
+  // writes the per-hop header fields into it, the rest goes unchanged. Small frames go straight
+  // from `frame`, larger ones through a copy. From an application thread whose window to dest is
+  // full, it waits first, with the frame copied aside (a handler run meanwhile on this thread may
+  // reuse the buffer it was built in). Pre: 0 <= dest < size(), the header's lengths match
+  // frame.size().
+  void send_frame(int dest, std::span<std::byte> frame);
 
   // Test hook: sends arbitrary bytes into dest's receive ring, as a corrupt peer would.
   void send_raw_for_test(int dest, std::span<const std::byte> bytes);
@@ -157,6 +184,29 @@ class transport {
   }
   [[noreturn, gnu::cold]] static void send_failed(int rc);
 
+  // Claims `cost` credits towards dest (net/flow.hpp): waits for them if this thread may wait,
+  // overdraws otherwise. Returns the header flags of the frame. Inline: on every send.
+  std::uint8_t claim(int dest, std::uint32_t cost) {
+    if (!sends_may_wait()) [[unlikely]]
+      return overdraw(dest, cost);
+    if (!flow_.try_claim(dest, cost)) [[unlikely]]
+      await_credits(dest, cost);
+    return k_flag_waits;
+  }
+  std::uint8_t overdraw(int dest, std::uint32_t cost);
+  [[gnu::noinline]] void await_credits(int dest, std::uint32_t cost);
+  // The per-hop header fields of a frame about to go to dest: the credits returned so far and
+  // the flags.
+  void write_hop(std::byte* frame, int dest, std::uint8_t flags) noexcept {
+    const std::uint32_t credit = flow_.report(dest);
+    std::memcpy(frame + offsetof(frame_header, credit), &credit, sizeof credit);
+    std::memcpy(frame + offsetof(frame_header, flags), &flags, sizeof flags);
+  }
+  // A credit frame to `dest`: a header without payload whose credit field is the report.
+  void send_credit(int dest);
+  // The throttle's review (net/flow.hpp), at the end of a poll.
+  [[gnu::noinline]] void review_flow();
+
   struct pending_send {
     MPI_Request request;
     std::unique_ptr<std::byte[]> buffer;
@@ -170,8 +220,9 @@ class transport {
   static constexpr std::size_t k_spares = 4;
   // send() for a payload too large for the stack: assembled in the staging buffer, then post().
   void send_staged(int dest, frame_header h, std::span<const std::byte> payload);
-  // Sends the frame of `len` bytes in this thread's staging buffer (see transport.cpp).
-  void post(std::size_t len, int dest);
+  // Sends the frame of `len` bytes in this thread's staging buffer (see transport.cpp); its
+  // credits are claimed and its per-hop fields written. `flags`: claim's result.
+  void post(std::size_t len, int dest, std::uint8_t flags);
   void isend_staged(std::size_t len, int dest, int tag);
   // Returns the buffer if the send completed at once (free for reuse), nullptr if it travels
   // with the request on the in-flight list.
@@ -181,7 +232,8 @@ class transport {
   void retire_sends();
   // Validates a received frame and hands it to its channel's consumer. Inline into poll: it is
   // on the path of every message.
-  [[gnu::always_inline]] inline void deliver(std::span<const std::byte> bytes, int source);
+  [[gnu::always_inline]] inline void deliver(std::span<std::byte> bytes, int source);
+  [[gnu::cold]] void take_in_short(std::size_t len, int source);
   static void on_control(void* ctx, const inbound_frame& f);
   static void on_unclaimed(void* ctx, const inbound_frame& f);
   void take_large(std::span<const std::byte> announcement, int source);
@@ -198,6 +250,11 @@ class transport {
     void* ctx = nullptr;
   };
   slot handlers_[k_channel_max + 1];
+  struct {
+    window_waiter fn = nullptr;
+    void* ctx = nullptr;
+  } waiter_;
+  flow_control flow_;
 
   // Receive ring; touched only by the progress-lock holder. Slot i's buffer is at
   // ring_base_ + i * ring_stride_, inside ring_memory_.

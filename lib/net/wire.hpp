@@ -1,6 +1,6 @@
 // The wire format. Every frame is one MPI message on mdsm's private communicator:
 //
-//   frame_header (24 bytes) | payload (payload_len bytes) | consistency info (cinfo_len bytes)
+//   frame_header (32 bytes) | payload (payload_len bytes) | consistency info (cinfo_len bytes)
 //
 // Integers are in the host's byte order (an mdsm job runs one binary on one architecture).
 // `byte_writer` appends; `byte_reader` is the only way received bytes are interpreted, and it
@@ -30,6 +30,11 @@ inline constexpr std::uint8_t k_channel_max = 3;
 
 inline constexpr std::uint16_t k_frame_magic = 0x4D44;  // "MD"
 
+// Per-hop fields: `credit` and `flags` describe the hop, not the message. The transport writes
+// them into every frame it sends (a forwarded frame gets this hop's values), so they are never
+// part of what a consumer reads or forwards as the message.
+inline constexpr std::uint8_t k_flag_waits = 1;  // sent by a thread that waits for credits (net/flow.hpp)
+
 struct frame_header {
   std::uint16_t magic;        // k_frame_magic
   std::uint8_t chan;          // channel
@@ -39,12 +44,15 @@ struct frame_header {
   std::uint32_t payload_len;  // bytes of payload after the header
   std::uint32_t cinfo_len;    // bytes of consistency information after the payload
   std::uint32_t token;        // request/reply matching for protocols that need it; else 0
+  std::uint32_t credit;       // per hop: credits the sender has returned to the receiver so far (mod 2^32)
+  std::uint8_t flags;         // per hop: k_flag_waits
+  std::uint8_t reserved[3];   // 0; keeps the payload 8-byte aligned in the receive buffers
 };
-static_assert(sizeof(frame_header) == 24 && std::is_trivially_copyable_v<frame_header>);
+static_assert(sizeof(frame_header) == 32 && std::is_trivially_copyable_v<frame_header>);
 
 inline frame_header make_header(channel c, std::uint32_t handler, int origin, std::uint8_t annot = 0,
                                 std::uint32_t token = 0) {
-  return frame_header{k_frame_magic, static_cast<std::uint8_t>(c), annot, handler, origin, 0, 0, token};
+  return frame_header{k_frame_magic, static_cast<std::uint8_t>(c), annot, handler, origin, 0, 0, token, 0, 0, {}};
 }
 
 // The largest frame: MPI counts are int.
@@ -93,6 +101,8 @@ class byte_writer {
     std::memcpy(buf_.data() + at, &v, sizeof(T));
   }
   std::span<const std::byte> bytes() const { return {buf_.data(), size_}; }
+  // For a frame built here: the transport writes its per-hop header fields in place.
+  std::span<std::byte> mutable_bytes() { return {buf_.data(), size_}; }
   std::size_t size() const { return size_; }
   void clear() { size_ = 0; }
 

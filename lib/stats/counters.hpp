@@ -25,6 +25,10 @@ namespace mdsm::stats {
   X(frame_bytes_received, count, "bytes of all frames received")                                 \
   X(frames_malformed, count, "frames dropped because they failed validation")                    \
   X(large_frames, count, "frames sent through the large-frame path")                             \
+  X(flow_waits, count, "sends that waited for the destination to return credits")               \
+  X(flow_overdrafts, count, "frames sent beyond the credit window without waiting (handlers)")  \
+  X(credit_frames, count, "credit frames sent (credits that no other frame carried back)")      \
+  X(flow_throttles, count, "times this rank withheld credits from waiting senders")            \
   X(msgs_sent_none, count, "user messages sent, NONE")                                           \
   X(msgs_sent_request, count, "user messages sent, REQUEST")                                     \
   X(msgs_sent_release, count, "user messages sent, RELEASE")                                     \

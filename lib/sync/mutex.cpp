@@ -154,7 +154,7 @@ void acquire_local_owner(mutex_state& s) {
 }
 
 // A returned token not yet accepted must be, before this rank's thread holds the lock again.
-void accept_returned_locked(mutex_state& s, std::unique_lock<std::mutex>& lk) {
+void accept_returned_locked(mutex_state& s, std::unique_lock<object_mutex>& lk) {
   if (!s.returned) return;
   stored_message r = std::move(s.returned);
   lk.unlock();

@@ -29,6 +29,7 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <tuple>
@@ -43,6 +44,27 @@ enum class kind : std::uint32_t { mutex = 1, semaphore, condition, barrier, queu
 // How long a wait on an object another rank destroyed may still complete before it fails
 // (object::abandoned): MDSM_DESTROY_GRACE_MS, default 10 s, read when the services start.
 inline std::atomic<std::int64_t> g_destroyed_grace_ns{10'000'000'000};
+
+// An object's lock. Handlers take it as well as application threads, so a send made while
+// holding it must not wait for flow-control credits: the wait would deliver frames and could run
+// such a handler on this thread, which would block on the lock. The holder's sends are therefore
+// unthrottled (mdsm::unthrottled_sends); they are bounded anyway, a token, a grant or a request
+// per operation. A BasicLockable for std::lock_guard and std::unique_lock.
+class object_mutex {
+ public:
+  void lock() {
+    m_.lock();
+    unthrottled_.emplace();
+  }
+  void unlock() {
+    unthrottled_.reset();
+    m_.unlock();
+  }
+
+ private:
+  std::mutex m_;
+  std::optional<unthrottled_sends> unthrottled_;  // touched only by the holder, on its thread
+};
 
 // State common to every object; each primitive derives its own.
 struct object {
@@ -76,7 +98,7 @@ struct object {
   const std::uint32_t id;
   const kind k;
   const int manager;
-  mutable std::mutex mu;
+  mutable object_mutex mu;
   std::atomic<int> destroyed_by{-1};
   std::atomic<std::int64_t> destroyed_at_ns{0};
 };

@@ -41,6 +41,22 @@ constexpr std::size_t k_large_bytes = 200'000;
 // slack for the test's own allocations. The floods above reach several times this without them.
 constexpr long k_bound_kb = 8 * 1024;
 
+// Under a sanitizer the peak resident size says nothing about what mdsm holds: ASan keeps freed
+// blocks in its quarantine (256 MiB by default) and TSan maps shadow memory as the process
+// touches memory, so a bounded flood grows it too (55 MB at 3 ranks under ASan). The bound is
+// checked in the normal build; sanitizer builds check everything else.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr bool k_memory_checked = false;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+constexpr bool k_memory_checked = false;
+#else
+constexpr bool k_memory_checked = true;
+#endif
+#else
+constexpr bool k_memory_checked = true;
+#endif
+
 long status_kb(const char* key) {
   std::ifstream f("/proc/self/status");
   std::string line;
@@ -154,7 +170,7 @@ TEST_CASE("flow: a flood of small and large messages to a rank that computes kee
   world_barrier();
   const long growth = mem.growth_kb();
   report_growth("flood of a computing rank", growth);
-  CHECK(growth < k_bound_kb);
+  if (k_memory_checked) CHECK(growth < k_bound_kb);
   // The senders did run out of credits and wait (the receiver computed for 500 ms).
   if (me != 0) CHECK(stat_or_zero("flow_waits") > 0);
 }
@@ -186,7 +202,7 @@ TEST_CASE("flow: ranks flooding each other at once all finish, with their progre
     if (r != me) CHECK(in.next[static_cast<std::size_t>(r)] == per_pair);
   const long growth = mem.growth_kb();
   report_growth("mutual flood", growth);
-  CHECK(growth < k_bound_kb);
+  if (k_memory_checked) CHECK(growth < k_bound_kb);
   CHECK(stat_or_zero("flow_waits") > 0);
 }
 
@@ -226,7 +242,7 @@ TEST_CASE("flow: a handler that replies while its rank has no credits neither bl
   CHECK(reply_bad.load() == 0);
   const long growth = mem.growth_kb();
   report_growth("replies without credits", growth);
-  CHECK(growth < k_bound_kb);
+  if (k_memory_checked) CHECK(growth < k_bound_kb);
   if (me == 0) CHECK(stat_or_zero("flow_overdrafts") > 0);
 }
 
@@ -259,7 +275,7 @@ TEST_CASE("flow: a handler passing a flood on to a rank that computes slows the 
   world_barrier();
   const long growth = mem.growth_kb();
   report_growth("flood passed on by a handler", growth);
-  CHECK(growth < k_bound_kb);
+  if (k_memory_checked) CHECK(growth < k_bound_kb);
   if (me == 0) CHECK(stat_or_zero("flow_throttles") > 0);
   if (me == 1) CHECK(stat_or_zero("flow_waits") > 0);
 }

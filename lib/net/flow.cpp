@@ -9,7 +9,7 @@ thread_local constinit unsigned t_unthrottled = 0;
 void flow_control::configure(int size, std::uint32_t window) {
   size_ = size;
   window_ = std::clamp(window, k_min_window, k_max_window);
-  report_every_ = window_ / 4;
+  report_every_ = window_ / 2;
   throttle_limit_ = k_throttle_windows * window_;
   peers_ = std::make_unique<peer[]>(static_cast<std::size_t>(size));
 }

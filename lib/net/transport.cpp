@@ -63,7 +63,7 @@ transport::transport(MPI_Comm base, std::size_t inline_max, std::uint32_t window
   MPI_Comm_rank(comm_, &rank_);
   MPI_Comm_size(comm_, &size_);
   // Both ends of a pair must cost frames alike (costs are capped at the window) and a receiver
-  // reports by a quarter of it: one window for the job, the smallest any rank asks for.
+  // reports by half of it: one window for the job, the smallest any rank asks for.
   window = std::clamp(window, flow_control::k_min_window, flow_control::k_max_window);
   check_mpi(MPI_Allreduce(MPI_IN_PLACE, &window, 1, MPI_UINT32_T, MPI_MIN, coll_comm_), "MPI_Allreduce");
   flow_.configure(size_, window);

@@ -47,6 +47,11 @@ inline void copy_two_words(std::byte* dst, const std::byte* src, std::size_t n) 
   std::memcpy(dst + n - sizeof last, &last, sizeof last);
 }
 
+template <class T>
+inline void store_field(std::byte* frame, std::size_t at, const T& v) {
+  std::memcpy(frame + at, &v, sizeof v);
+}
+
 // Copies n bytes; payloads of up to 16 bytes (a pointer, an index: the common small message)
 // without a call to memcpy. Pre: the ranges do not overlap.
 inline void copy_small(std::byte* dst, const std::byte* src, std::size_t n) {
@@ -129,15 +134,24 @@ class transport {
     MDSM_ASSERT(dest >= 0 && dest < size_, "send to a rank out of range");
     if (payload.size() > k_stack_frame_max - sizeof h) [[unlikely]]
       return send_staged(dest, h, payload);
-    // Credits first: a wait may run handlers on this thread, which send too. A frame this small
-    // costs one credit.
-    const std::uint8_t flags = claim(dest, 1);
     alignas(16) std::byte frame[k_stack_frame_max];
-    std::memcpy(frame, &h, sizeof h);
     const auto n = static_cast<std::uint32_t>(payload.size());
-    std::memcpy(frame + offsetof(frame_header, payload_len), &n, sizeof n);
-    std::memset(frame + offsetof(frame_header, cinfo_len), 0, sizeof h.cinfo_len);
+    // Field by field: the compiler then stores the caller's header straight into the frame
+    // (a copy of the whole struct went through a temporary).
+    store_field(frame, offsetof(frame_header, magic), h.magic);
+    store_field(frame, offsetof(frame_header, chan), h.chan);
+    store_field(frame, offsetof(frame_header, annot), h.annot);
+    store_field(frame, offsetof(frame_header, handler), h.handler);
+    store_field(frame, offsetof(frame_header, origin), h.origin);
+    store_field(frame, offsetof(frame_header, payload_len), n);
+    store_field(frame, offsetof(frame_header, cinfo_len), std::uint32_t{0});
+    store_field(frame, offsetof(frame_header, token), h.token);
+    store_field(frame, offsetof(frame_header, reserved), std::array<std::uint8_t, 3>{});
     copy_small(frame + sizeof h, payload.data(), n);
+    // Credits once the frame is built (a wait may run handlers on this thread: they send from
+    // their own stack frames, so this one stays intact; the header is built straight into it).
+    // A frame this small costs one credit.
+    const std::uint8_t flags = claim(dest, 1);
     write_hop(frame, dest, flags);
     send_eager(frame, sizeof h + n, dest, counts);
   }

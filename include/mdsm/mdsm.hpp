@@ -257,8 +257,10 @@ bool in_handler() noexcept;
 // rank are then delivered only while one of its application threads waits inside mdsm (or calls
 // poll). Use it around phases of plain MPI communication or of computation during which no other
 // rank needs an answer from this one -- while paused, a remote lock request, queue operation or
-// page/diff request to this rank waits until it enters mdsm. Not nested: one resume undoes any
-// number of pauses. Pausing takes effect before the call returns. Application threads only.
+// page/diff request to this rank waits until it enters mdsm, and so does a rank sending it
+// messages once it has a window of them outstanding (flow control, see unthrottled_sends). Not
+// nested: one resume undoes any number of pauses. Pausing takes effect before the call returns.
+// Application threads only.
 void pause_progress_thread();
 void resume_progress_thread();
 

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Cross-host test: the multi-rank test suite, every application and the failure detector across 4 hosts (network
-# namespaces joined by a bridge, Open MPI over TCP only), using the workplace's netns-cluster
-# script. Skipped (exit 77) when it cannot run here: not root, no netns-cluster, or namespaces
-# not permitted.
+# Cross-host test: the multi-rank test suite, every application and the failure detector across
+# 4 hosts (network namespaces joined by a bridge, Open MPI over TCP only), and the flow-control
+# floods also between 2 hosts, using the workplace's netns-cluster script. Skipped (exit 77) when
+# it cannot run here: not root, no netns-cluster, or namespaces not permitted.
 #   check_cluster.sh BUILD_DIR SOURCE_DIR
 set -uo pipefail
 build=$1
@@ -53,6 +53,9 @@ run() {
   status=1
 }
 run -n 4 "$build/test/mpi_tests"
+# Flow control between two hosts as well (the 4-host run above includes the [flow] cases too):
+# MPI over TCP buffers what a rank has not taken in, so these fail without credits.
+run -n 2 "$build/test/mpi_tests" "[flow]"
 # Every application, its hybrid version (locks or barriers, messages with pointers, faults).
 run -n 3 "$build/apps/water/water" --version=hybrid --quick
 run -n 4 "$build/apps/quicksort/quicksort" --version=hybrid1 --quick

@@ -35,7 +35,7 @@ using namespace mdsm_test;
 namespace {
 
 constexpr long k_total = 120'000;      // messages per flood, over all senders
-constexpr long k_large_every = 4'000;  // every this many messages of a sender is a large one
+constexpr long k_large_every = 1'000;  // every this many messages of a sender is a large one
 constexpr std::size_t k_large_bytes = 200'000;
 // The bound every rank's growth must stay under: credits allow ~1 MiB per pair; the rest is
 // slack for the test's own allocations. The floods above reach several times this without them.
@@ -121,16 +121,23 @@ struct receiver {
   }
 };
 
+constexpr int k_tag_go_on = 4711;  // plain MPI, on MPI_COMM_WORLD: "stop computing"
+
 // Spends `ms` in plain MPI calls (MPI progresses: it takes incoming messages into its buffers)
-// with this rank's progress thread paused, so mdsm takes nothing in meanwhile.
-void compute_in_mpi(std::chrono::milliseconds ms) {
+// with this rank's progress thread paused, so mdsm takes nothing in meanwhile; with `from` >= 0,
+// stops early once rank `from` sends a k_tag_go_on message.
+void compute_in_mpi(std::chrono::milliseconds ms, int from = -1) {
   mdsm::pause_progress_thread();
+  int token = 0, done = 0;
+  MPI_Request req = MPI_REQUEST_NULL;
+  if (from >= 0) MPI_Irecv(&token, 1, MPI_INT, from, k_tag_go_on, MPI_COMM_WORLD, &req);
   const auto end = std::chrono::steady_clock::now() + ms;
-  while (std::chrono::steady_clock::now() < end) {
-    int flag = 0;
-    MPI_Iprobe(MPI_ANY_SOURCE, 4711, MPI_COMM_WORLD, &flag, MPI_STATUS_IGNORE);
+  while (!done && std::chrono::steady_clock::now() < end) {
+    if (from >= 0) MPI_Test(&req, &done, MPI_STATUS_IGNORE);
+    else MPI_Iprobe(MPI_ANY_SOURCE, k_tag_go_on, MPI_COMM_WORLD, &done, MPI_STATUS_IGNORE);
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
+  if (from >= 0 && !done) MPI_Wait(&req, MPI_STATUS_IGNORE);  // the message comes anyway
   mdsm::resume_progress_thread();
 }
 
@@ -179,31 +186,35 @@ TEST_CASE("flow: ranks flooding each other at once all finish, with their progre
           "[mpi][flow][np2+]") {
   // Every rank floods every other one; no progress thread runs, so frames are taken in only by
   // the senders themselves, while they wait for credits. A send that waited without delivering
-  // would deadlock here. A small window (16 credits) makes the waits frequent and caps the large
-  // frames' cost (49 credits) at the window.
-  setenv("MDSM_FLOW_WINDOW", "16", 1);
-  session s;
-  unsetenv("MDSM_FLOW_WINDOW");
-  const int me = mdsm::rank(), n = mdsm::size();
-  const long per_pair = k_total / 2 / (n * (n - 1) / 2);
-  receiver in(n);
-  const auto h = mdsm::register_handler("flow.mutual", [&](mdsm::message& m) { in.take(m); });
-  mdsm::pause_progress_thread();
-  world_barrier();
-  memory_watch mem;
-  std::vector<std::byte> large;
-  for (int seq = 0; seq < per_pair; ++seq)
-    for (int k = 1; k < n; ++k) send_item((me + k) % n, h, seq, large);
-  mdsm::wait_until([&] { return in.got.load() == per_pair * (n - 1); });
-  mdsm::resume_progress_thread();
-  world_barrier();
-  CHECK(in.bad.load() == 0);
-  for (int r = 0; r < n; ++r)
-    if (r != me) CHECK(in.next[static_cast<std::size_t>(r)] == per_pair);
-  const long growth = mem.growth_kb();
-  report_growth("mutual flood", growth);
-  if (k_memory_checked) CHECK(growth < k_bound_kb);
-  CHECK(stat_or_zero("flow_waits") > 0);
+  // would deadlock here. Twice: with the default window, and with a window of 16 credits, which
+  // makes the waits frequent and caps the large frames' cost (49 credits) at the window. The
+  // second flood is small: with 16 credits, a credit frame returns 8 of them, so on a loaded,
+  // oversubscribed machine every 8 messages cost a round of the ranks' time slices.
+  for (const char* window : {"", "16"}) {
+    if (*window) setenv("MDSM_FLOW_WINDOW", window, 1);
+    session s;
+    unsetenv("MDSM_FLOW_WINDOW");
+    const int me = mdsm::rank(), n = mdsm::size();
+    const long per_pair = *window ? k_large_every : k_total / 2 / (n * (n - 1) / 2);
+    receiver in(n);
+    const auto h = mdsm::register_handler("flow.mutual", [&](mdsm::message& m) { in.take(m); });
+    mdsm::pause_progress_thread();
+    world_barrier();
+    memory_watch mem;
+    std::vector<std::byte> large;
+    for (int seq = 0; seq < per_pair; ++seq)
+      for (int k = 1; k < n; ++k) send_item((me + k) % n, h, seq, large);
+    mdsm::wait_until([&] { return in.got.load() == per_pair * (n - 1); });
+    mdsm::resume_progress_thread();
+    world_barrier();
+    CHECK(in.bad.load() == 0);
+    for (int r = 0; r < n; ++r)
+      if (r != me) CHECK(in.next[static_cast<std::size_t>(r)] == per_pair);
+    const long growth = mem.growth_kb();
+    report_growth(*window ? "mutual flood, window 16" : "mutual flood", growth);
+    if (k_memory_checked) CHECK(growth < k_bound_kb);
+    CHECK(stat_or_zero("flow_waits") > 0);
+  }
 }
 
 TEST_CASE("flow: a handler that replies while its rank has no credits neither blocks nor loses a reply",
@@ -250,11 +261,12 @@ TEST_CASE("flow: a handler passing a flood on to a rank that computes slows the 
           "[mpi][flow][np3+]") {
   // Rank 1 floods rank 0, whose handler forwards every message to rank 2, which computes. Rank
   // 0's forwards never wait (a handler); once they run three windows ahead of rank 2, rank 0
-  // withholds rank 1's credits, so rank 1 waits and rank 2's memory stays bounded.
+  // withholds rank 1's credits, so rank 1 waits and rank 2's memory stays bounded. Rank 2
+  // computes until rank 0 has throttled (or for 20 s: without flow control it never does).
   MDSM_NEED_RANKS(3);
   session s;
   const int me = mdsm::rank();
-  const long count = k_total / 2;
+  const long count = k_total / 4;
   receiver in(mdsm::size());
   const auto h = mdsm::register_handler("flow.passed", [&](mdsm::message& m) {
     if (mdsm::rank() == 0) return m.forward(2);
@@ -267,10 +279,17 @@ TEST_CASE("flow: a handler passing a flood on to a rank that computes slows the 
     std::vector<std::byte> large;
     for (int seq = 0; seq < count; ++seq) send_item(0, h, seq, large);
   } else if (me == 2) {
-    compute_in_mpi(std::chrono::milliseconds(500));
+    compute_in_mpi(std::chrono::seconds(30), 0);
     mdsm::wait_until([&] { return in.got.load() == count; });
     CHECK(in.bad.load() == 0);
     CHECK(in.next[1] == count);
+  } else if (me == 0) {
+    // The progress thread forwards; this thread only watches for the throttle.
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (stat_or_zero("flow_throttles") == 0 && std::chrono::steady_clock::now() < give_up)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    int token = 0;
+    MPI_Send(&token, 1, MPI_INT, 2, k_tag_go_on, MPI_COMM_WORLD);
   }
   world_barrier();
   const long growth = mem.growth_kb();

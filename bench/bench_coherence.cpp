@@ -9,7 +9,9 @@
 //       other wrote, write them +1 and send the other a RELEASE (a page moving between writers,
 //       as under a lock), next to an mdsm NONE round trip;
 //   (d) a remote read fault while the serving rank computes (its progress thread naps), next to
-//       the same fault while it waits.
+//       the same fault while it waits;
+//   (e) rank 0 reading a 16 MiB block rank 1 has just written (as matmul reads B), next to raw
+//       MPI sending the same bytes.
 // The summary at the end prints each ratio (targets: fault <= 2x the raw round trip; diff
 // creation >= 0.5x memcmp bandwidth; hand-off <= 5 us and <= 10x a NONE round trip), and the
 // floor of (a): a local protection fault with no network, which bounds the best ratio any
@@ -392,6 +394,74 @@ void fault_while_busy(benchmark::State& state) {
   if (g_rank == 0) g_means[busy ? "fault/server_busy" : "fault/server_waits"].push_back(median(times));
 }
 
+// ---- (e) reading another rank's block in bulk -------------------------------------------------
+
+constexpr std::size_t k_bulk_pages = 4096;  // 16 MiB: half of matmul's B at its table size
+constexpr int k_bulk_rounds = 5;
+
+// As matmul reads B: both ranks write their half of a fresh collective array, meet at a barrier,
+// and rank 0 reads rank 1's half from start to end (timed: from the first read to the last),
+// while rank 1 waits in the next barrier. Every word is read and checked after the timing.
+void bulk_read(benchmark::State& state) {
+  const std::size_t words = k_bulk_pages * k_words;
+  for (auto _ : state) {
+    auto* block = mdsm::alloc_collective_array<std::uint32_t>(2 * words);
+    mdsm::barrier b;
+    std::uint32_t* mine = block + static_cast<std::size_t>(g_rank) * words;
+    if (g_rank < 2)
+      for (std::size_t w = 0; w < words; ++w) mine[w] = static_cast<std::uint32_t>(w * 2654435761u) + static_cast<std::uint32_t>(g_rank);
+    b.arrive_and_wait();
+    if (g_rank == 0) {
+      std::vector<std::uint32_t> copy(words);
+      const auto t0 = std::chrono::steady_clock::now();
+      // A plain forward loop, as the program reads: glibc's memcpy of this size walks several
+      // pages at once, which is not how a program reads a matrix.
+      const std::uint32_t* from = block + words;
+      for (std::size_t w = 0; w < words; ++w) copy[w] = from[w];
+      benchmark::DoNotOptimize(copy.data());
+      const double t = seconds_since(t0);
+      for (std::size_t w = 0; w < words; ++w)
+        if (copy[w] != static_cast<std::uint32_t>(w * 2654435761u) + 1u) {
+          state.SkipWithError("wrong contents");
+          break;
+        }
+      g_means["bulk/mdsm"].push_back(t * 1e9);
+      best("bulk/mdsm", t);
+      state.SetIterationTime(t);
+    } else {
+      state.SetIterationTime(0);
+    }
+    b.arrive_and_wait();
+  }
+}
+
+// The same bytes in raw MPI: a 16-byte request, then rank 1 sends its 16 MiB (as an allgather of
+// B does).
+void bulk_mpi(benchmark::State& state) {
+  const std::size_t bytes = k_bulk_pages * k_page;
+  std::vector<std::byte> data(bytes, std::byte{1});
+  std::vector<char> request(16);
+  for (auto _ : state) {
+    MPI_Barrier(g_comm);
+    if (g_rank == 0) {
+      const auto t0 = std::chrono::steady_clock::now();
+      MPI_Send(request.data(), 16, MPI_CHAR, 1, 2, g_comm);
+      MPI_Recv(data.data(), static_cast<int>(bytes), MPI_BYTE, 1, 3, g_comm, MPI_STATUS_IGNORE);
+      const double t = seconds_since(t0);
+      g_means["bulk/mpi"].push_back(t * 1e9);
+      best("bulk/mpi", t);
+      state.SetIterationTime(t);
+    } else {
+      if (g_rank == 1) {
+        MPI_Recv(request.data(), 16, MPI_CHAR, 0, 2, g_comm, MPI_STATUS_IGNORE);
+        MPI_Send(data.data(), static_cast<int>(bytes), MPI_BYTE, 0, 3, g_comm);
+      }
+      state.SetIterationTime(0);
+    }
+  }
+  MPI_Barrier(g_comm);
+}
+
 // ---- (b) diffs (rank 0 only) ------------------------------------------------------------------
 
 template <class F>
@@ -466,6 +536,10 @@ void register_all() {
     benchmark::RegisterBenchmark("fault/while_server", fault_while_busy)->Arg(1)->Iterations(1)
         ->Unit(benchmark::kMillisecond);
   }
+  for (int r = 0; r < k_bulk_rounds; ++r) {  // (e), interleaved
+    benchmark::RegisterBenchmark("bulk/mpi", bulk_mpi)->Iterations(1)->UseManualTime()->Unit(benchmark::kMillisecond);
+    benchmark::RegisterBenchmark("bulk/mdsm", bulk_read)->Iterations(1)->UseManualTime()->Unit(benchmark::kMillisecond);
+  }
   if (g_rank != 0) return;
   // A fixed iteration count: left to itself, Google Benchmark first runs a benchmark with 1, 10,
   // ... iterations to size it, and every such probe would land in the medians (record() cannot
@@ -524,6 +598,11 @@ void print_summary() {
   std::printf("(d) remote read fault (diff of one word, no neighbour batched), median: %.1f us while the serving rank\n"
               "    computes, %.1f us while it waits in mdsm\n",
               m("fault/server_busy") / 1e3, m("fault/server_waits") / 1e3);
+  const double bulk = m("bulk/mdsm"), bulk_mpi = m("bulk/mpi");
+  std::printf("(e) reading another rank's freshly written %zu MiB block (matmul's B), median of %d: %.2f ms (%.0f MB/s),\n"
+              "    %.2fx raw MPI sending it (%.2f ms; fastest %.2f vs %.2f ms)\n",
+              k_bulk_pages * k_page >> 20, k_bulk_rounds, bulk / 1e6, static_cast<double>(k_bulk_pages * k_page) / bulk * 1e3,
+              bulk / bulk_mpi, bulk_mpi / 1e6, g_best["bulk/mdsm"] * 1e-6, g_best["bulk/mpi"] * 1e-6);
   const double cmp = m("memcmp"), cpy = m("memcpy");
   auto gbs = [](double ns) { return static_cast<double>(k_page) / ns; };  // bytes/ns == GB/s
   std::printf("(b) 4 KiB page, medians of %d interleaved rounds; ratios are bandwidth relative to memcmp (create) or\n"

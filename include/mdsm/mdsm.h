@@ -107,7 +107,8 @@ mdsm_status mdsm_free_collective(void* ptr);
 int mdsm_is_coherent(const void* ptr);
 mdsm_status mdsm_gc(void); /* collective */
 /* Global barriers collect garbage once some rank holds more metadata than this (0: never);
- * starts at MDSM_GC_THRESHOLD (default 64 MiB). */
+ * MDSM_GC_THRESHOLD if set, else the larger of 64 MiB and the bytes allocated collectively
+ * (it grows with mdsm_alloc_collective) until mdsm_set_gc_threshold fixes it. */
 mdsm_status mdsm_gc_threshold(uint64_t* bytes);
 mdsm_status mdsm_set_gc_threshold(uint64_t bytes);
 

@@ -298,7 +298,9 @@ T* alloc_collective_array(std::size_t n) {
 // Collective garbage collection of consistency metadata (also a global barrier).
 void gc();
 // A global barrier collects garbage when some rank holds more than this many bytes of
-// consistency metadata (0: never). Starts at MDSM_GC_THRESHOLD (default 64 MiB); a program may
+// consistency metadata (0: never). MDSM_GC_THRESHOLD if set; otherwise the larger of 64 MiB and
+// the bytes allocated collectively (it grows with alloc_collective: twins alone reach the data's
+// size when a program writes all of it between barriers). Once set here it stays; a program may
 // change it while it runs, on every rank alike.
 std::uint64_t gc_threshold();
 void set_gc_threshold(std::uint64_t bytes);

@@ -15,10 +15,21 @@
 
 namespace mdsm::detail {
 
+// MDSM_GC_THRESHOLD's default, and the least the default threshold is.
+inline constexpr std::uint64_t k_default_gc_threshold = std::uint64_t{64} << 20;
+
 struct runtime {
   bool owns_mpi = false;
   std::string stats_spec;
-  std::atomic<std::uint64_t> gc_threshold{0};  // bytes; 0: never
+  // The garbage-collection threshold (bytes of consistency metadata; 0: never), as set by
+  // MDSM_GC_THRESHOLD or set_gc_threshold; until then (gc_threshold_set false) the default,
+  // which grows with the memory allocated collectively (effective_gc_threshold).
+  std::atomic<std::uint64_t> gc_threshold{0};
+  std::atomic<bool> gc_threshold_set{false};
+  // The threshold in force, the same on every rank (collective allocations are); recomputed, and
+  // handed to the engine, whenever one of its inputs changes (barriers read it every time).
+  std::atomic<std::uint64_t> gc_threshold_effective{0};
+  void update_gc_threshold();
   std::unique_ptr<net::transport> transport;
   std::unique_ptr<net::progress> progress;
   std::unique_ptr<coherence::engine> engine;

@@ -168,6 +168,11 @@ void coherent_allocator::free(void* p) {
   if (pending->status != MDSM_SUCCESS) throw error(pending->status, "mdsm: " + pending->why);
 }
 
+std::uint64_t coherent_allocator::collective_bytes() {
+  std::lock_guard lk(mutex_);
+  return collective_.capacity() - collective_.free_bytes();
+}
+
 void coherent_allocator::free_collective(void* p) {
   collective_check(addr_of(p), "free_collective");
   if (p == nullptr) return;

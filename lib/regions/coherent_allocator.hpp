@@ -30,6 +30,8 @@ class coherent_allocator {
   void* alloc_collective(std::size_t bytes);
   void free(void* p);
   void free_collective(void* p);
+  // Bytes of the collective arena in use (allocations and their alignment padding).
+  std::uint64_t collective_bytes();
 
  private:
   std::size_t alignment_for(std::size_t bytes) const;

@@ -5,9 +5,9 @@
 // on N participants costs 2(N-1) messages.
 //
 // Garbage collection: each arrival reports the sender's consistency-metadata bytes; when the
-// largest exceeds mdsm::gc_threshold() (MDSM_GC_THRESHOLD, default 64 MiB; 0 disables) and the
-// barrier spans every rank, the departures say so and every rank runs mdsm::gc() (itself
-// collective) before leaving.
+// largest exceeds mdsm::gc_threshold() (MDSM_GC_THRESHOLD; by default at least 64 MiB, growing
+// with collective allocations; 0 disables) and the barrier spans every rank, the departures say
+// so and every rank runs mdsm::gc() (itself collective) before leaving.
 #include "sync/services.hpp"
 
 #include "sync/handlers.hpp"

@@ -416,6 +416,33 @@ TEST_CASE("barrier: collects garbage once metadata passes MDSM_GC_THRESHOLD, val
   CHECK(stat("gc_runs") == 5u);  // 0: never
 }
 
+TEST_CASE("gc threshold: the default grows with collective allocations; a set one stays", "[sync][gc][np2+]") {
+  unsetenv("MDSM_GC_THRESHOLD");
+  {
+    session s;
+    constexpr std::uint64_t mib = std::uint64_t{1} << 20, floor = 64 * mib;
+    CHECK(mdsm::gc_threshold() == floor);
+    auto* small = mdsm::alloc_collective(8 * mib);
+    CHECK(mdsm::gc_threshold() == floor);  // the default is never below 64 MiB
+    auto* large = mdsm::alloc_collective(96 * mib);
+    CHECK(mdsm::gc_threshold() >= 104 * mib);  // every collectively allocated byte (padding too)
+    CHECK(mdsm::gc_threshold() < 105 * mib);
+    mdsm::free_collective(large);
+    CHECK(mdsm::gc_threshold() == floor);
+    mdsm::set_gc_threshold(16 * mib);  // a threshold set by the program is the threshold
+    large = mdsm::alloc_collective(96 * mib);
+    CHECK(mdsm::gc_threshold() == 16 * mib);
+    mdsm::free_collective(large);
+    mdsm::free_collective(small);
+  }
+  setenv("MDSM_GC_THRESHOLD", "32M", 1);
+  session s;
+  unsetenv("MDSM_GC_THRESHOLD");
+  auto* large = mdsm::alloc_collective(std::size_t{96} << 20);
+  CHECK(mdsm::gc_threshold() == std::uint64_t{32} << 20);  // so is one set in the environment
+  mdsm::free_collective(large);
+}
+
 TEST_CASE("barrier: a subset of ranks synchronizes among itself", "[sync][np3+]") {
   MDSM_NEED_RANKS(3);
   session s;

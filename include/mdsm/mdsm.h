@@ -83,6 +83,10 @@ mdsm_status mdsm_store(mdsm_message* msg, mdsm_stored** stored);
 /* From an application thread, returns once the acquire is complete. */
 mdsm_status mdsm_stored_accept(mdsm_stored* stored);
 mdsm_status mdsm_stored_forward(mdsm_stored* stored, int dest);
+/* Disposes of a stored message without accepting or forwarding it, giving up the consistency it
+ * carried (mdsm::stored_message::discard); the payload stays readable until mdsm_stored_free.
+ * MDSM_ERR_ALREADY_DISPOSED if it was accepted, forwarded or discarded. */
+mdsm_status mdsm_stored_discard(mdsm_stored* stored);
 int mdsm_stored_origin(const mdsm_stored* stored);
 mdsm_annotation mdsm_stored_annotation(const mdsm_stored* stored);
 const void* mdsm_stored_payload(const mdsm_stored* stored, size_t* len);

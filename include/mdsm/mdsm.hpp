@@ -171,7 +171,10 @@ class message {
   }
   // Consistency actions run and the message is delivered (an acquire for RELEASE kinds).
   void accept();
-  // Passes the message on unchanged (payload and consistency information); origin() stays.
+  // Passes the message on unchanged (payload and consistency information); origin() stays, and
+  // so does handler(): the same handler runs at `dest`, so a handler that both receives messages
+  // as a manager and receives what managers forward tells the two apart by source() == origin()
+  // (the manager's copy comes straight from its sender; docs/SYNC.md).
   void forward(int dest);
   // Keeps the message; accept or forward it later from any context.
   stored_message store();
@@ -212,6 +215,13 @@ class stored_message {
   // From an application thread: returns once the acquire is complete. From a handler: starts it.
   void accept();
   void forward(int dest);
+  // Disposes of the message without accepting or forwarding it: its payload stays readable, but
+  // the consistency it carried is given up -- this rank does not become consistent with the
+  // sender's writes through it (a later acquire that covers them still does: what this one would
+  // have brought is then fetched from the writers). For a RELEASE kept only to be dropped, e.g. the
+  // last release a message-built lock's manager stores, which nobody will acquire. Any context.
+  // Throws MDSM_ERR_ALREADY_DISPOSED if the message was accepted, forwarded or discarded.
+  void discard();
   bool disposed() const;
 
  private:

@@ -162,6 +162,11 @@ mdsm_status mdsm_stored_forward(mdsm_stored* s, int dest) {
   return guarded([&] { st(s).forward(dest); });
 }
 
+mdsm_status mdsm_stored_discard(mdsm_stored* s) {
+  if (s == nullptr) return null_arg("stored");
+  return guarded([&] { st(s).discard(); });
+}
+
 int mdsm_stored_origin(const mdsm_stored* s) { return s ? st(s).origin() : -1; }
 mdsm_annotation mdsm_stored_annotation(const mdsm_stored* s) {
   return s ? static_cast<mdsm_annotation>(st(s).annot()) : MDSM_NONE;

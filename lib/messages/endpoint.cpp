@@ -288,6 +288,15 @@ void endpoint::accept_all(const std::vector<detail::stored*>& group) {
   if (net::current_handler() == nullptr) engine_.wait_acquire(acq);
 }
 
+void endpoint::discard(detail::stored& s) {
+  mark_disposed(s.disposed, s.entry->name, "discard");
+  // The consistency information goes with it. Nothing else holds on to it: the records it carried
+  // that this rank lacks are fetched by whichever later acquire needs them (missing intervals),
+  // and a diff pushed along with it is fetched again by the fault that needs it.
+  s.release.reset();
+  stats::add(stats::counter::msgs_discarded);
+}
+
 void endpoint::forward(detail::stored& s, int dest) {
   if (s.disposed) mark_disposed(s.disposed, s.entry->name, "forward");
   check_dest(dest, detail::cat("forward (handler '", s.entry->name, "')").c_str());

@@ -76,6 +76,7 @@ class endpoint {
   std::unique_ptr<detail::stored> store(detail::inbound& in);
   void accept(detail::stored& s);
   void forward(detail::stored& s, int dest);
+  void discard(detail::stored& s);
   // One acquire for several stored messages (see mdsm::accept_all).
   void accept_all(const std::vector<detail::stored*>& group);
 

@@ -81,6 +81,8 @@ void stored_message::forward(int dest) {
   messages::current().forward(get(s_), dest);
 }
 
+void stored_message::discard() { messages::current().discard(get(s_)); }
+
 void accept_all(std::span<stored_message> messages) {
   detail::rethrow_deferred();
   std::vector<detail::stored*> group;

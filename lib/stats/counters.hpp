@@ -47,6 +47,7 @@ namespace mdsm::stats {
   X(msgs_received_release_nt, count, "user messages received, RELEASE_NT")                       \
   X(msgs_forwarded, count, "messages forwarded by a handler or from storage")                    \
   X(msgs_stored, count, "messages stored by a handler")                                          \
+  X(msgs_discarded, count, "stored messages discarded (their consistency given up)")              \
   X(msgs_accepted, count, "RELEASE/RELEASE_NT messages accepted")                                \
   X(protocol_msgs_sent, count, "coherence protocol messages sent (requests and replies)")        \
   X(protocol_bytes_sent, count, "coherence protocol bytes sent")                                 \

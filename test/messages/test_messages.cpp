@@ -2,6 +2,8 @@
 // tailoring of consistency information, and the fetch of missing information.
 #include "support/session.hpp"
 
+#include <mdsm/mdsm.h>
+
 #include <atomic>
 #include <chrono>
 #include <thread>
@@ -323,6 +325,103 @@ TEST_CASE("a paused progress thread delivers nothing; resumed, it delivers while
   if (me == 1) {
     MPI_Recv(&token, 1, MPI_INT, 0, 98, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
     mdsm::send_value(0, h, 10, annotation::none);
+  }
+  world_barrier();
+}
+
+TEST_CASE("a discarded stored RELEASE gives up its consistency; later acquires still see the writes",
+          "[mpi][np2+]") {
+  // Rank 0 writes x and sends rank 1 a RELEASE, which rank 1 stores and discards: no error, the
+  // payload stays readable, and it cannot be disposed of again. Then rank 0 writes z and sends a
+  // second RELEASE, which rank 1 accepts: its required time covers the first interval too, whose
+  // records rank 1 dropped (rank 0 believes rank 1 has them, so it does not send them again), so
+  // the acquire must fetch them: rank 1 then sees x as well as z.
+  session s;
+  const int me = mdsm::rank();
+  auto* data = mdsm::alloc_collective_array<int>(3 * 1024);  // x, z: different pages
+  int* x = data;
+  int* z = data + 2 * 1024;
+  std::mutex mu;
+  std::vector<mdsm::stored_message> kept;
+  auto keep_h = mdsm::register_handler("test.discard", [&](mdsm::message& m) {
+    std::lock_guard lk(mu);
+    kept.push_back(m.store());
+  });
+  mdsm::barrier b;
+  if (me == 0) {
+    *x = 7;
+    mdsm::send_value(1, keep_h, 1, annotation::release);
+  } else if (me == 1) {
+    mdsm::wait_until([&] {
+      std::lock_guard lk(mu);
+      return kept.size() == 1;
+    });
+    std::lock_guard lk(mu);
+    mdsm::stored_message& first = kept[0];
+    CHECK_FALSE(first.disposed());
+    first.discard();
+    CHECK(first.disposed());
+    CHECK(first.as<int>() == 1);  // still readable
+    CHECK_THROWS_MATCHES(first.discard(), mdsm::error, code_is(MDSM_ERR_ALREADY_DISPOSED));
+    CHECK_THROWS_MATCHES(first.accept(), mdsm::error, code_is(MDSM_ERR_ALREADY_DISPOSED));
+    CHECK_THROWS_MATCHES(first.forward(0), mdsm::error, code_is(MDSM_ERR_ALREADY_DISPOSED));
+    mdsm::poll();  // no deferred NOT_DISPOSED error either
+  }
+  world_barrier();  // plain MPI: no acquire on the way
+  if (me == 0) {
+    *z = 9;
+    mdsm::send_value(1, keep_h, 2, annotation::release);
+  } else if (me == 1) {
+    mdsm::wait_until([&] {
+      std::lock_guard lk(mu);
+      return kept.size() == 2;
+    });
+    std::lock_guard lk(mu);
+    kept[1].accept();
+    CHECK(*z == 9);
+    CHECK(*x == 7);
+  }
+  b.arrive_and_wait();
+  CHECK(*x == 7);
+  CHECK(*z == 9);
+  CHECK(stat("msgs_discarded") == (me == 1 ? 1u : 0u));
+  b.arrive_and_wait();
+}
+
+namespace {
+struct c_kept {
+  std::atomic<mdsm_stored*> stored{nullptr};
+};
+void c_keep(mdsm_message* msg, void* ctx) {
+  mdsm_stored* s = nullptr;
+  if (mdsm_store(msg, &s) == MDSM_SUCCESS) static_cast<c_kept*>(ctx)->stored.store(s);
+}
+}  // namespace
+
+TEST_CASE("C: mdsm_stored_discard, and its misuse", "[mpi][np2+]") {
+  session s;
+  const int me = mdsm::rank();
+  c_kept kept;
+  mdsm_handler_id h = 0;
+  REQUIRE(mdsm_register_handler("test.c_discard", c_keep, &kept, &h) == MDSM_SUCCESS);
+  CHECK(mdsm_stored_discard(nullptr) == MDSM_ERR_INVALID_ARGUMENT);
+  if (me == 0) {
+    const int v = 5;
+    REQUIRE(mdsm_send(1, h, &v, sizeof v, MDSM_RELEASE) == MDSM_SUCCESS);
+  } else if (me == 1) {
+    mdsm::wait_until([&] { return kept.stored.load() != nullptr; });
+    mdsm_stored* st = kept.stored.load();
+    CHECK(mdsm_stored_discard(st) == MDSM_SUCCESS);
+    size_t len = 0;
+    const void* p = mdsm_stored_payload(st, &len);
+    REQUIRE(len == sizeof(int));
+    int v = 0;
+    std::memcpy(&v, p, sizeof v);
+    CHECK(v == 5);
+    CHECK(mdsm_stored_discard(st) == MDSM_ERR_ALREADY_DISPOSED);
+    CHECK(mdsm_stored_accept(st) == MDSM_ERR_ALREADY_DISPOSED);
+    mdsm_stored_free(st);  // reports nothing: it was disposed of
+    CHECK(mdsm_poll() == MDSM_SUCCESS);
   }
   world_barrier();
 }

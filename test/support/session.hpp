@@ -59,6 +59,12 @@ inline long long world_sum(long long v) {
 
 inline std::uint64_t stat(const char* name) { return mdsm::statistics().at(name); }
 
+// Matches an mdsm::error with this status (CHECK_THROWS_MATCHES(call, mdsm::error, code_is(...))).
+inline auto code_is(mdsm_status c) {
+  return Catch::Predicate<mdsm::error>([c](const mdsm::error& e) { return e.code() == c; },
+                                       std::string("has status ") + mdsm_strerror(c));
+}
+
 }  // namespace mdsm_test
 
 // Requires at least n ranks; otherwise the test case passes vacuously on every rank.

@@ -694,9 +694,6 @@ TEST_CASE("work queue: items that take no time are shared between the manager an
 TEST_CASE("sync misuse returns clear errors", "[sync][np2+]") {
   session s;
   const int me = mdsm::rank(), n = mdsm::size();
-  auto code_is = [](mdsm_status c) {
-    return Catch::Predicate<mdsm::error>([c](const mdsm::error& e) { return e.code() == c; });
-  };
   mdsm::mutex m;
   CHECK_THROWS_MATCHES(m.unlock(), mdsm::error, code_is(MDSM_ERR_NOT_HELD));
   mdsm::condition_variable cv;

@@ -203,7 +203,7 @@ class engine {
   void order_pieces(std::vector<fetch_unit>& batch);
   // Installs a fetched unit: the copy, then the pieces (page lock held).
   void install_locked(fetch_unit& f, page_entry& pe);
-  static page_state initial_state(void* ctx, std::uint32_t u);
+  static unit_start initial_state(void* ctx, std::uint32_t u);
 
   // service.cpp: protocol requests and replies
   struct reply_box {

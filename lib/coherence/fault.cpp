@@ -13,10 +13,16 @@
 
 namespace mdsm::coherence {
 
-page_state engine::initial_state(void* ctx, std::uint32_t u) {
-  const auto* self = static_cast<const engine*>(ctx);
+unit_start engine::initial_state(void* ctx, std::uint32_t u) {
+  auto* self = static_cast<engine*>(ctx);
+  {
+    // An allocated unit whose entry was never made (units_allocated leaves untouched chunks
+    // alone) is a valid zero copy: its valid bit is set and the application view open.
+    std::lock_guard lk(self->notices_.mutex());
+    if (self->notices_.valid(u)) return {page_state::valid, self->size_ == 1 ? os::prot::read_write : os::prot::read};
+  }
   const int owner = self->region_.arena_owner(u);
-  return owner >= 0 && owner != self->rank_ ? page_state::no_copy : page_state::unallocated;
+  return {owner >= 0 && owner != self->rank_ ? page_state::no_copy : page_state::unallocated, os::prot::none};
 }
 
 void engine::protect_units(std::uint32_t first, std::uint32_t count, os::prot p) {
@@ -351,18 +357,46 @@ bool engine::on_fault(const os::fault_info& f) {
 
 void engine::units_allocated(std::uint32_t first, std::uint32_t count) {
   set_homes(first, count);
-  // New units become readable, at one mprotect for the whole range plus one per run of units
-  // that must stay inaccessible. The range is opened *before* any state leaves `unallocated`:
-  // once a unit is `valid`, a write notice (from a rank that returned from the same collective
-  // allocation earlier and already wrote and released) may invalidate it at any moment, and a
-  // protection change made after our page lock is released would undo that invalidation and let
-  // the application read a stale copy. While a unit is `unallocated` nothing else changes its
+  // New units become readable (read-write when this rank is alone: one rank has nothing to keep
+  // coherent, so its units are plain memory with no fault, twin, notice or diff ever; DESIGN.md
+  // §3), at one mprotect for the whole range plus one per run of units that must stay
+  // inaccessible. The range is opened *before* any state leaves `unallocated`: once a unit is
+  // `valid`, a write notice (from a rank that returned from the same collective allocation
+  // earlier and already wrote and released) may invalidate it at any moment, and a protection
+  // change made after our page lock is released would undo that invalidation and let the
+  // application read a stale copy. While a unit is `unallocated` nothing else changes its
   // protection, and no application thread can touch it yet (its address has not been returned).
-  if (size_ == 1) {
-    // One rank alone has nothing to keep coherent: its units are plain read-write memory, with no
-    // fault, twin, notice or diff ever (DESIGN.md §3).
-    protect_units(first, count, os::prot::read_write);
-    for (std::uint32_t u = first; u < first + count; ++u) {
+  const bool alone = size_ == 1;
+  protect_units(first, count, alone ? os::prot::read_write : os::prot::read);
+  // Units in chunks of the page table nobody has looked at get no entry: their valid bit says
+  // they are a valid zero copy, and initial_state makes the entry from it when one is needed.
+  // So a large allocation costs a bit per unit until it is touched (30 GiB of untouched
+  // allocations cost 1.2 GB of entries per rank before). Units with entries, and units for which
+  // notices arrived already, are settled one by one.
+  std::vector<std::uint32_t> one_by_one;
+  const std::uint32_t end = first + count;
+  for (std::uint32_t u = first; u < end;) {
+    const std::uint32_t chunk_end = std::min(end, (u / page_table::k_chunk + 1) * page_table::k_chunk);
+    const bool lazy = pages_.if_untouched(u, [&] {
+      std::vector<std::uint32_t> painted;
+      std::lock_guard lk(notices_.mutex());
+      if (!alone) notices_.painted_units(unit_run{u, chunk_end - u}, static_cast<std::uint32_t>(rank_), painted);
+      auto p = painted.begin();
+      for (std::uint32_t v = u; v < chunk_end; ++v) {
+        if (p != painted.end() && *p == v) {
+          one_by_one.push_back(v);
+          ++p;
+        } else {
+          notices_.set_valid(v, true);
+        }
+      }
+    });
+    if (!lazy)
+      for (std::uint32_t v = u; v < chunk_end; ++v) one_by_one.push_back(v);
+    u = chunk_end;
+  }
+  if (alone) {
+    for (std::uint32_t u : one_by_one) {
       std::lock_guard lk(pages_.lock_of(u));
       page_entry& pe = pages_.at(u);
       pe.prot = os::prot::read_write;
@@ -370,9 +404,8 @@ void engine::units_allocated(std::uint32_t first, std::uint32_t count) {
     }
     return;
   }
-  protect_units(first, count, os::prot::read);
   protection_batch batch = protections();
-  for (std::uint32_t u = first; u < first + count; ++u) {
+  for (std::uint32_t u : one_by_one) {
     batch.visit(u, [&](page_entry& pe) -> unit_protection {
       if (pe.state == page_state::unallocated) {
         pe.prot = os::prot::read;  // what the application view has now
@@ -388,8 +421,25 @@ void engine::units_allocated(std::uint32_t first, std::uint32_t count) {
 
 void engine::units_freed(std::uint32_t first, std::uint32_t count) {
   clear_homes(first, count);
+  // Units without entries (never touched since allocated, units_allocated) hold nothing but
+  // their valid bit: clear it and close them, chunk by chunk, without making entries.
+  std::vector<std::uint32_t> one_by_one;
+  const std::uint32_t end = first + count;
+  for (std::uint32_t u = first; u < end;) {
+    const std::uint32_t chunk_end = std::min(end, (u / page_table::k_chunk + 1) * page_table::k_chunk);
+    const bool lazy = pages_.if_untouched(u, [&] {
+      {
+        std::lock_guard lk(notices_.mutex());
+        for (std::uint32_t v = u; v < chunk_end; ++v) notices_.set_valid(v, false);
+      }
+      protect_units(u, chunk_end - u, os::prot::none);
+    });
+    if (!lazy)
+      for (std::uint32_t v = u; v < chunk_end; ++v) one_by_one.push_back(v);
+    u = chunk_end;
+  }
   protection_batch batch = protections();
-  for (std::uint32_t u = first; u < first + count; ++u) {
+  for (std::uint32_t u : one_by_one) {
     batch.visit(u, [&](page_entry& pe) -> unit_protection {
       // Notices, twin and diffs stay: other ranks may still ask for this rank's writes.
       end_hot_locked(u, pe);

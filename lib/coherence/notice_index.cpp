@@ -1,5 +1,6 @@
 #include "coherence/notice_index.hpp"
 
+#include <algorithm>
 #include <bit>
 #include <iterator>
 
@@ -68,6 +69,18 @@ void notice_index::forget_through(const vector_time& g) {
     m.erase_if([&](std::uint32_t index) { return index <= g[c]; });
     segments_ += m.segments();
   }
+}
+
+void notice_index::painted_units(const unit_run& run, std::uint32_t except, std::vector<std::uint32_t>& out) const {
+  const std::size_t from = out.size();
+  for (std::uint32_t c = 0; c < by_creator_.size(); ++c) {
+    if (c == except) continue;
+    by_creator_[c].for_each_painted(run, [&](std::uint32_t first, std::uint32_t last) {
+      for (std::uint32_t u = first; u <= last; ++u) out.push_back(u);
+    });
+  }
+  std::sort(out.begin() + static_cast<std::ptrdiff_t>(from), out.end());
+  out.erase(std::unique(out.begin() + static_cast<std::ptrdiff_t>(from), out.end()), out.end());
 }
 
 void notice_index::valid_units(const unit_run& run, std::vector<std::uint32_t>& out) const {

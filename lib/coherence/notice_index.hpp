@@ -52,6 +52,9 @@ class notice_index {
     if (v) valid_[u / 64] |= std::uint64_t{1} << (u % 64);
     else valid_[u / 64] &= ~(std::uint64_t{1} << (u % 64));
   }
+  // Appends the units of `run` that some creator other than `except` has painted (sorted, no
+  // repeats): the units of a fresh allocation that have write notices already.
+  void painted_units(const unit_run& run, std::uint32_t except, std::vector<std::uint32_t>& out) const;
   // Appends the valid units of `run` to `out`, in increasing order.
   void valid_units(const unit_run& run, std::vector<std::uint32_t>& out) const;
 

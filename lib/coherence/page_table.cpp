@@ -2,7 +2,7 @@
 
 namespace mdsm::coherence {
 
-page_table::page_table(std::uint32_t units, page_state (*initial)(void*, std::uint32_t), void* ctx)
+page_table::page_table(std::uint32_t units, unit_start (*initial)(void*, std::uint32_t), void* ctx)
     : units_(units), initial_(initial), ctx_(ctx), chunks_((units + k_chunk - 1) / k_chunk) {}
 
 page_table::~page_table() {
@@ -19,7 +19,11 @@ page_entry& page_table::at(std::uint32_t u) {
     if (chunk == nullptr) {
       chunk = new page_entry[k_chunk];
       std::uint32_t first = (u / k_chunk) * k_chunk;
-      for (std::uint32_t i = 0; i < k_chunk && first + i < units_; ++i) chunk[i].state = initial_(ctx_, first + i);
+      for (std::uint32_t i = 0; i < k_chunk && first + i < units_; ++i) {
+        const unit_start s = initial_(ctx_, first + i);
+        chunk[i].state = s.state;
+        chunk[i].prot = s.prot;
+      }
       slot.store(chunk, std::memory_order_release);
     }
   }

@@ -122,10 +122,17 @@ struct page_entry {
   }
 };
 
+// What an entry starts as, the first time its unit is looked at.
+struct unit_start {
+  page_state state;
+  os::prot prot;  // the application view's protection of the unit now
+};
+
 class page_table {
  public:
-  // `initial(u)` gives the state of a unit the first time it is looked at.
-  page_table(std::uint32_t units, page_state (*initial)(void* ctx, std::uint32_t unit), void* ctx);
+  // `initial(u)` gives the state of a unit the first time it is looked at. Entries are made a
+  // chunk of k_chunk units at a time, so a unit nobody looked at costs nothing.
+  page_table(std::uint32_t units, unit_start (*initial)(void* ctx, std::uint32_t unit), void* ctx);
   ~page_table();
 
   // The entry for unit u, created on first use. Pre: u < units. Safe from any thread; the
@@ -133,10 +140,21 @@ class page_table {
   page_entry& at(std::uint32_t u);
   // The entry if it exists, else nullptr (for scans that must not create entries).
   page_entry* find(std::uint32_t u) const;
+  // If the chunk holding u has no entries yet, calls f() while no entry of it can be made (f
+  // may change what initial() will say for its units) and returns true; else returns false.
+  template <class F>
+  bool if_untouched(std::uint32_t u, F&& f) {
+    if (find(u) != nullptr) return false;
+    std::lock_guard lk(grow_mutex_);
+    if (chunks_[u / k_chunk].load(std::memory_order_acquire) != nullptr) return false;
+    f();
+    return true;
+  }
   std::mutex& lock_of(std::uint32_t u) { return locks_[u % k_stripes]; }
   std::uint32_t units() const noexcept { return units_; }
 
   static constexpr std::uint32_t k_stripes = 1024;  // page locks (unit u uses lock u % k_stripes)
+  static constexpr std::uint32_t k_chunk = 512;      // entries are made this many units at a time
 
   // Calls f(unit, entry) for every created entry, holding its page lock.
   template <class F>
@@ -153,9 +171,8 @@ class page_table {
   }
 
  private:
-  static constexpr std::uint32_t k_chunk = 512;
   std::uint32_t units_;
-  page_state (*initial_)(void*, std::uint32_t);
+  unit_start (*initial_)(void*, std::uint32_t);
   void* ctx_;
   std::vector<std::atomic<page_entry*>> chunks_;
   std::mutex grow_mutex_;

@@ -6,6 +6,7 @@
 
 #include "coherence/interval.hpp"
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 
@@ -21,6 +22,18 @@ class run_map {
     if (it == segs_.begin()) return 0;
     --it;
     return unit <= it->second.last ? it->second.value : 0;
+  }
+  // Calls f(first, last) for each part of `run` that some segment covers, in increasing order.
+  template <class F>
+  void for_each_painted(const unit_run& run, F&& f) const {
+    if (run.count == 0) return;
+    const std::uint32_t last = run.end() - 1;
+    auto it = segs_.upper_bound(run.first);
+    if (it != segs_.begin()) --it;
+    for (; it != segs_.end() && it->first <= last; ++it) {
+      if (it->second.last < run.first) continue;
+      f(std::max(it->first, run.first), std::min(it->second.last, last));
+    }
   }
   // Erases every segment whose value satisfies `pred`.
   template <class Pred>

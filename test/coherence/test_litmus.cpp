@@ -656,6 +656,40 @@ TEST_CASE("litmus 28: a RELEASE that arrives while the receiver is still inside 
   world_barrier();
 }
 
+TEST_CASE("litmus 41: a RELEASE that arrives inside alloc_collective invalidates a page no rank had looked at",
+          "[mpi][litmus][np2+]") {
+  // Litmus 28 where each allocation lies in a part of the region whose page-table entries were
+  // never made (each starts 2 MiB + a page after the last, beyond the 512-unit chunk of entries
+  // the previous round's reads made): the receiver's allocation then only sets valid bits, and
+  // must leave the pages the early write notices name invalid (they get entries and are
+  // settled). Also the last page of each allocation, written by another rank when there are 3.
+  session s;
+  mailbox box("litmus.box");
+  const int rounds = 24;
+  constexpr std::size_t words = (std::size_t{2} << 20) / sizeof(int) + k_words_per_page;
+  std::vector<int*> kept;
+  for (int k = 1; k <= rounds; ++k) {
+    int* a = mdsm::alloc_collective_array<int>(words);
+    kept.push_back(a);
+    const int writer_last = mdsm::size() > 2 ? 2 : 1;
+    if (mdsm::rank() == 1) {
+      a[0] = k;
+      a[words / 2] = -k;
+    }
+    if (mdsm::rank() == writer_last) a[words - 1] = 2 * k;
+    if (mdsm::rank() == 1 || (mdsm::rank() == writer_last && writer_last != 1)) box.send(0, annotation::release);
+    if (mdsm::rank() == 0) {
+      box.wait(writer_last != 1 ? 2 * k : k);
+      REQUIRE(a[0] == k);
+      REQUIRE(a[words / 2] == -k);
+      REQUIRE(a[words - 1] == 2 * k);
+      REQUIRE(a[1] == 0);  // untouched by anyone: the zero page
+    }
+  }
+  world_barrier();
+  for (int* a : kept) mdsm::free_collective(a);
+}
+
 namespace {
 // A read-modify-write that is a single write access (lock xadd): it faults once, as a write.
 void increment(int& x) { std::atomic_ref<int>(x).fetch_add(1, std::memory_order_relaxed); }

@@ -57,6 +57,16 @@ tmk_runtime& tmk(const char* call) {
   return *g_tmk;
 }
 
+// Lock or barrier `id` of `objects`; a number out of range ends the job, naming the limit.
+template <class T>
+T& numbered(std::vector<std::unique_ptr<T>>& objects, unsigned id, const char* call, const char* what,
+            const char* limit) {
+  if (id >= objects.size())
+    tmk_fail(call, std::string(what) + " " + std::to_string(id) + " does not exist (" + limit + " is " +
+                       std::to_string(objects.size()) + ")");
+  return *objects[id];
+}
+
 template <class F>
 void guarded(const char* call, F&& f) {
   try {
@@ -251,27 +261,18 @@ void Tmk_distribute(void* ptr, unsigned size) {
 }
 
 void Tmk_barrier(unsigned id) {
-  tmk_runtime& t = tmk("Tmk_barrier");
-  if (id >= TMK_NBARRIERS)
-    tmk_fail("Tmk_barrier", "barrier " + std::to_string(id) + " does not exist (TMK_NBARRIERS is " +
-                                std::to_string(TMK_NBARRIERS) + ")");
-  guarded("Tmk_barrier", [&] { t.barriers[id]->arrive_and_wait(); });
+  mdsm::barrier& b = numbered(tmk("Tmk_barrier").barriers, id, "Tmk_barrier", "barrier", "TMK_NBARRIERS");
+  guarded("Tmk_barrier", [&] { b.arrive_and_wait(); });
 }
 
 void Tmk_lock_acquire(unsigned id) {
-  tmk_runtime& t = tmk("Tmk_lock_acquire");
-  if (id >= TMK_NLOCKS)
-    tmk_fail("Tmk_lock_acquire",
-             "lock " + std::to_string(id) + " does not exist (TMK_NLOCKS is " + std::to_string(TMK_NLOCKS) + ")");
-  guarded("Tmk_lock_acquire", [&] { t.locks[id]->lock(); });
+  mdsm::mutex& m = numbered(tmk("Tmk_lock_acquire").locks, id, "Tmk_lock_acquire", "lock", "TMK_NLOCKS");
+  guarded("Tmk_lock_acquire", [&] { m.lock(); });
 }
 
 void Tmk_lock_release(unsigned id) {
-  tmk_runtime& t = tmk("Tmk_lock_release");
-  if (id >= TMK_NLOCKS)
-    tmk_fail("Tmk_lock_release",
-             "lock " + std::to_string(id) + " does not exist (TMK_NLOCKS is " + std::to_string(TMK_NLOCKS) + ")");
-  guarded("Tmk_lock_release", [&] { t.locks[id]->unlock(); });
+  mdsm::mutex& m = numbered(tmk("Tmk_lock_release").locks, id, "Tmk_lock_release", "lock", "TMK_NLOCKS");
+  guarded("Tmk_lock_release", [&] { m.unlock(); });
 }
 
 }  // extern "C"

@@ -12,8 +12,10 @@
 //
 // The index also holds which units are `valid` (a bit per unit, kept by the engine), so that an
 // acquire visits only the units it must invalidate: a unit already invalid needs nothing more
-// than the paint. Both are guarded by one mutex, a leaf in the engine's lock order (it may be
-// taken under a page lock or the metadata lock, and nothing is taken under it). Reading the
+// than the paint. A unit allocated but never looked at has only its bit, no page-table entry
+// (engine::units_allocated); its entry is made from the bit when needed. Both are guarded by one
+// mutex, a leaf in the engine's lock order (it may be taken under a page lock, the metadata lock
+// or the page table's growth lock, and nothing is taken under it). Reading the
 // paint and setting a unit's valid bit happen under it together, and an acquire paints before it
 // reads the bits, so an invalidation and a fetch finishing at the same moment cannot miss each
 // other: either the fetch sees the new paint or the acquire sees the unit valid.

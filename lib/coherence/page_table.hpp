@@ -10,7 +10,8 @@
 //
 // Locking: each entry is guarded by the page lock returned by lock_of(unit) (striped mutexes).
 // A page lock is held only for bounded CPU work (twin, diff, apply, protect) and never across a
-// wait for a remote event. Lock order: engine metadata lock -> page lock -> dirty-list lock.
+// wait for a remote event. Lock order: engine metadata lock -> page lock -> dirty-list lock;
+// page lock -> growth lock (making a chunk of entries) -> notice-index lock.
 #pragma once
 
 #include "coherence/diff.hpp"

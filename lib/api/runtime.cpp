@@ -142,8 +142,7 @@ void init(MPI_Comm comm, const options& opts) {
   if (r->transport->bells().cover_every_rank()) pc = pc.with_bells();
   r->progress = std::make_unique<net::progress>(*r->transport, pc);
   r->engine = std::make_unique<coherence::engine>(*r->transport, *r->progress, region);
-  r->gc_threshold_effective = r->gc_threshold.load(std::memory_order_relaxed);  // no allocations yet
-  r->engine->set_gc_threshold(r->gc_threshold_effective.load(std::memory_order_relaxed));
+  r->update_gc_threshold();  // no allocations yet
   r->endpoint = std::make_unique<messages::endpoint>(*r->transport, *r->progress, *r->engine);
   messages::set_current(r->endpoint.get());
   r->allocator = std::make_unique<regions::coherent_allocator>(*r->engine, *r->endpoint);

@@ -23,7 +23,7 @@ struct runtime {
   std::string stats_spec;
   // The garbage-collection threshold (bytes of consistency metadata; 0: never), as set by
   // MDSM_GC_THRESHOLD or set_gc_threshold; until then (gc_threshold_set false) the default,
-  // which grows with the memory allocated collectively (effective_gc_threshold).
+  // which grows with the memory allocated collectively (update_gc_threshold).
   std::atomic<std::uint64_t> gc_threshold{0};
   std::atomic<bool> gc_threshold_set{false};
   // The threshold in force, the same on every rank (collective allocations are); recomputed, and

@@ -36,8 +36,8 @@ struct tmk_runtime {
   mdsm::handler_id distribute = 0, answer = 0;
   std::mutex distributing;  // one Tmk_distribute of this process at a time
   std::atomic<unsigned> answers{0}, refusals{0};
-  std::string refusal;  // the first receiver's reason, guarded by `distributing`'s holder's wait
   std::mutex refusal_mu;
+  std::string refusal;  // the first receiving rank's reason (guarded by refusal_mu)
 };
 tmk_runtime* g_tmk = nullptr;
 

@@ -373,28 +373,21 @@ void engine::units_allocated(std::uint32_t first, std::uint32_t count) {
   // So a large allocation costs a bit per unit until it is touched (30 GiB of untouched
   // allocations cost 1.2 GB of entries per rank before). Units with entries, and units for which
   // notices arrived already, are settled one by one.
-  std::vector<std::uint32_t> one_by_one;
-  const std::uint32_t end = first + count;
-  for (std::uint32_t u = first; u < end;) {
-    const std::uint32_t chunk_end = std::min(end, (u / page_table::k_chunk + 1) * page_table::k_chunk);
-    const bool lazy = pages_.if_untouched(u, [&] {
-      std::vector<std::uint32_t> painted;
-      std::lock_guard lk(notices_.mutex());
-      if (!alone) notices_.painted_units(unit_run{u, chunk_end - u}, static_cast<std::uint32_t>(rank_), painted);
-      auto p = painted.begin();
-      for (std::uint32_t v = u; v < chunk_end; ++v) {
-        if (p != painted.end() && *p == v) {
-          one_by_one.push_back(v);
-          ++p;
-        } else {
-          notices_.set_valid(v, true);
+  const std::vector<std::uint32_t> one_by_one =
+      pages_.split_untouched(first, count, [&](std::uint32_t from, std::uint32_t to, std::vector<std::uint32_t>& out) {
+        std::vector<std::uint32_t> painted;
+        std::lock_guard lk(notices_.mutex());
+        if (!alone) notices_.painted_units(unit_run{from, to - from}, static_cast<std::uint32_t>(rank_), painted);
+        auto p = painted.begin();
+        for (std::uint32_t v = from; v < to; ++v) {
+          if (p != painted.end() && *p == v) {
+            out.push_back(v);
+            ++p;
+          } else {
+            notices_.set_valid(v, true);
+          }
         }
-      }
-    });
-    if (!lazy)
-      for (std::uint32_t v = u; v < chunk_end; ++v) one_by_one.push_back(v);
-    u = chunk_end;
-  }
+      });
   if (alone) {
     for (std::uint32_t u : one_by_one) {
       std::lock_guard lk(pages_.lock_of(u));
@@ -423,21 +416,14 @@ void engine::units_freed(std::uint32_t first, std::uint32_t count) {
   clear_homes(first, count);
   // Units without entries (never touched since allocated, units_allocated) hold nothing but
   // their valid bit: clear it and close them, chunk by chunk, without making entries.
-  std::vector<std::uint32_t> one_by_one;
-  const std::uint32_t end = first + count;
-  for (std::uint32_t u = first; u < end;) {
-    const std::uint32_t chunk_end = std::min(end, (u / page_table::k_chunk + 1) * page_table::k_chunk);
-    const bool lazy = pages_.if_untouched(u, [&] {
-      {
-        std::lock_guard lk(notices_.mutex());
-        for (std::uint32_t v = u; v < chunk_end; ++v) notices_.set_valid(v, false);
-      }
-      protect_units(u, chunk_end - u, os::prot::none);
-    });
-    if (!lazy)
-      for (std::uint32_t v = u; v < chunk_end; ++v) one_by_one.push_back(v);
-    u = chunk_end;
-  }
+  const std::vector<std::uint32_t> one_by_one =
+      pages_.split_untouched(first, count, [&](std::uint32_t from, std::uint32_t to, std::vector<std::uint32_t>&) {
+        {
+          std::lock_guard lk(notices_.mutex());
+          for (std::uint32_t v = from; v < to; ++v) notices_.set_valid(v, false);
+        }
+        protect_units(from, to - from, os::prot::none);
+      });
   protection_batch batch = protections();
   for (std::uint32_t u : one_by_one) {
     batch.visit(u, [&](page_entry& pe) -> unit_protection {

@@ -141,15 +141,29 @@ class page_table {
   page_entry& at(std::uint32_t u);
   // The entry if it exists, else nullptr (for scans that must not create entries).
   page_entry* find(std::uint32_t u) const;
-  // If the chunk holding u has no entries yet, calls f() while no entry of it can be made (f
-  // may change what initial() will say for its units) and returns true; else returns false.
+  // Splits units [first, first + count) at chunk boundaries. For each part whose chunk has no
+  // entries yet, calls untouched(part_first, part_end, out) while no entry of that chunk can be
+  // made (it may change what initial() will say for those units, and append to `out` units it
+  // wants handled one by one); the units of the other parts are appended to `out`. Returns `out`.
   template <class F>
-  bool if_untouched(std::uint32_t u, F&& f) {
-    if (find(u) != nullptr) return false;
-    std::lock_guard lk(grow_mutex_);
-    if (chunks_[u / k_chunk].load(std::memory_order_acquire) != nullptr) return false;
-    f();
-    return true;
+  std::vector<std::uint32_t> split_untouched(std::uint32_t first, std::uint32_t count, F&& untouched) {
+    std::vector<std::uint32_t> out;
+    const std::uint32_t end = first + count;
+    for (std::uint32_t u = first; u < end;) {
+      const std::uint32_t part_end = std::min(end, (u / k_chunk + 1) * k_chunk);
+      bool done = false;
+      if (find(u) == nullptr) {
+        std::lock_guard lk(grow_mutex_);
+        if (chunks_[u / k_chunk].load(std::memory_order_acquire) == nullptr) {
+          untouched(u, part_end, out);
+          done = true;
+        }
+      }
+      if (!done)
+        for (std::uint32_t v = u; v < part_end; ++v) out.push_back(v);
+      u = part_end;
+    }
+    return out;
   }
   std::mutex& lock_of(std::uint32_t u) { return locks_[u % k_stripes]; }
   std::uint32_t units() const noexcept { return units_; }

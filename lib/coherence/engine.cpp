@@ -31,7 +31,8 @@ engine::engine(net::transport& t, net::progress& p, const region_config& cfg)
       hot_intervals_(static_cast<std::uint8_t>(cfg.hot_intervals)),
       push_diffs_(cfg.push_diffs),
       background_gc_(cfg.background_gc),
-      push_sets_(static_cast<std::size_t>(size_)) {
+      push_sets_(static_cast<std::size_t>(size_)),
+      walks_(static_cast<std::size_t>(size_)) {
   hot_.bits.assign((std::size_t{region_.units()} + 63) / 64, 0);
   t.set_handler(net::channel::coherence, &engine::on_frame, this);
   g_engine = this;

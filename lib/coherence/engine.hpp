@@ -127,9 +127,12 @@ class engine {
   void finish_acquire_locked(acquire_state& a);
 
   // push.cpp: diffs pushed along with RELEASEs
-  // `source` fetched unit u from us: push the unit's diffs along with our RELEASEs to it.
-  // `held`: the newest of our intervals whose writes to u it now holds.
-  void note_fetch_locked(std::uint32_t u, page_entry& pe, int source, std::uint32_t held);
+  // `source` faulted on unit u and fetched it from us: push the unit's diffs along with our
+  // RELEASEs to it. `through`: the newest of our intervals it asked for (the release of ours it
+  // acquired before reading u); `held`: the newest whose writes to u it now holds; `copy`: it
+  // had no copy and asked for one.
+  void note_fetch_locked(std::uint32_t u, page_entry& pe, int source, std::uint32_t through, std::uint32_t held,
+                         bool copy);
   // Applies pushed diffs to unit u instead of invalidating it, when they hold everything it lacks.
   bool apply_pushed_locked(std::uint32_t u, page_entry& pe, int creator, const pushed_unit& p);
   // Appends to a RELEASE for `dest` the diffs of this rank's writes up to interval `through` to
@@ -318,6 +321,32 @@ class engine {
   // page_entry::push budget lasts (push_mutex_, a leaf lock).
   std::mutex push_mutex_;
   std::vector<std::set<std::uint32_t>> push_sets_;
+  // A rank walking through our units, one step after each of our releases (the pivot row of
+  // Floyd-Warshall or LU, read after every barrier): each unit is read once, so the sets above
+  // never learn it, but the next step is where the stride says. Once two steps agree, our next
+  // RELEASEs to the walker carry the units the walk reaches next (push.cpp). By rank, push_mutex_.
+  struct walk {
+    std::uint32_t origin_unit = 0, origin_through = 0;  // the walk's first step (unit, our interval)
+    std::uint32_t step_unit = 0, step_through = 0;      // its newest step seen whole; through 0: none
+    std::uint32_t extent = 1;                           // units a step reads, as its faults show
+    std::uint8_t steps = 0;                             // steps taken at the walk's stride
+    std::uint8_t budget = 0;                            // RELEASEs to the walker that still push
+    std::uint32_t pushed_through = 0;                   // our newest RELEASE that pushed its units
+    bool copies = false;  // its newest step asked for a copy: the walker has no copies of its own
+    // Where the step after our release `through` starts (steps != 0, through >= origin_through).
+    std::uint32_t at(std::uint32_t through) const {
+      return static_cast<std::uint32_t>(origin_unit + std::uint64_t{step_unit - origin_unit} *
+                                                          (through - origin_through) /
+                                                          (step_through - origin_through));
+    }
+    // Units per interval, rounded up (steps != 0).
+    std::uint32_t stride_ceil() const {
+      const std::uint32_t dt = step_through - origin_through;
+      return (step_unit - origin_unit + dt - 1) / dt;
+    }
+  };
+  std::vector<walk> walks_;
+  void note_walk_locked(walk& w, std::uint32_t u, std::uint32_t through, bool copy);  // push_mutex_ held
 
   std::atomic<std::int64_t> metadata_bytes_{0};
   std::atomic<std::uint64_t> gc_threshold_{std::uint64_t{64} << 20};

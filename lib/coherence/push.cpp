@@ -1,7 +1,8 @@
 // Diffs pushed along with RELEASEs (Keleher's lazy hybrid): a rank that keeps fetching one of
-// our units gets its diffs on our next RELEASEs to it (a bounded number), and applies them at
-// the acquire instead of faulting and fetching (COHERENCE.md §3). Serving a fetch counts it
-// (note_fetch_locked, from service.cpp); decoding is part of decode_release (engine.cpp).
+// our units, or walks through our units a step per release of ours, gets their diffs on our
+// next RELEASEs to it (a bounded number), and applies them at the acquire instead of faulting
+// and fetching (COHERENCE.md §3). Serving a fetch counts it (note_fetch_locked, from
+// service.cpp); decoding is part of decode_release (engine.cpp).
 #include "coherence/engine.hpp"
 
 #include "coherence/diff.hpp"
@@ -11,19 +12,86 @@
 
 namespace mdsm::coherence {
 
-void engine::note_fetch_locked(std::uint32_t u, page_entry& pe, int source, std::uint32_t held) {
+namespace {
+// A push budget after n confirmations: 4, 8, ..., 255. Renewed only by a fault after it ran
+// out, so a pattern that goes on is fetched rarely, and one that stops costs a few unused pushes.
+std::uint8_t budget_after(unsigned confirmations) {
+  return static_cast<std::uint8_t>(std::min(255u, 4u << std::min(confirmations - 1u, 6u)));
+}
+// A walk's step moves at most this many units per interval of ours, and a step reads at most
+// this many (a row of a matrix; more is a block, which readahead fetches well enough).
+constexpr std::uint32_t k_walk_stride_max = 16, k_walk_span_max = 16, k_walk_gap_max = 2;
+}  // namespace
+
+void engine::note_fetch_locked(std::uint32_t u, page_entry& pe, int source, std::uint32_t through,
+                               std::uint32_t held, bool copy) {
   // A unit a rank fetches again and again (a boundary row, a counter under a lock) is pushed
-  // along with our next RELEASEs to it; the budget doubles with every fetch after it ran out
-  // (4, 8, ..., 255), so a unit read in every round is fetched rarely, and one read twice costs
-  // at most a few unused pushes.
+  // along with our next RELEASEs to it while its budget lasts.
   if (pe.push.empty()) pe.push.resize(static_cast<std::size_t>(size_));
   auto& st = pe.push[static_cast<std::size_t>(source)];
   st.through = std::max(st.through, held);
   if (st.fetches < 255) ++st.fetches;
-  if (st.fetches < 2) return;
-  st.budget = static_cast<std::uint8_t>(std::min(255u, 4u << std::min(st.fetches - 2u, 6u)));
   std::lock_guard lk(push_mutex_);
+  note_walk_locked(walks_[static_cast<std::size_t>(source)], u, through, copy);
+  if (st.fetches < 2) return;
+  st.budget = budget_after(st.fetches - 1u);
   push_sets_[static_cast<std::size_t>(source)].insert(u);
+}
+
+void engine::note_walk_locked(walk& w, std::uint32_t u, std::uint32_t through, bool copy) {
+  // Faults after the same release of ours, close by: more of the step (a row longer than a
+  // unit, read in any order).
+  if (w.step_through != 0 && through == w.step_through) {
+    const std::uint32_t lo = std::min(u, w.step_unit), hi = std::max(u, w.step_unit + w.extent - 1);
+    if (hi - lo < k_walk_span_max) {
+      // The step starts lower: for the stride's sake it started there. A walk of one step (its
+      // origin is this step) moves its origin along; a step back to the origin or behind it is
+      // no walk forward: one starts here.
+      if (w.origin_through == w.step_through) w.origin_unit = lo;
+      else if (lo <= w.origin_unit) w = walk{.origin_unit = lo, .origin_through = through, .step_unit = lo,
+                                             .step_through = through};
+      w.step_unit = lo;
+      w.extent = hi - lo + 1;
+      return;
+    }
+  }
+  // After a release that pushed the walk's units (our releases may run ahead of the walker's
+  // faults): the fault is a part of the step the push did not cover (it starts where the stride
+  // says, and reads further than the walk knew). The stride stays: the step's start is not
+  // seen, its end is.
+  if (w.steps != 0 && through > w.step_through && through <= w.pushed_through) {
+    const std::uint32_t at = w.at(through);
+    if (u >= at && u - at < k_walk_span_max) {
+      w.extent = std::max(w.extent, u - at + 1);
+      return;
+    }
+  }
+  // A walk steps after every release of ours (or nearly: one without a read is allowed); faults
+  // further apart are readahead batches running out, which readahead serves well already.
+  const std::uint32_t last_seen = std::max(w.step_through, w.pushed_through);
+  const bool forward = w.step_through != 0 && through > w.step_through && u > w.step_unit &&
+                       u - w.step_unit <= k_walk_stride_max * (through - w.step_through) &&
+                       (through <= last_seen || through - last_seen <= k_walk_gap_max);
+  if (!forward) {  // not a walk, or a new one: it starts here
+    w = walk{.origin_unit = u, .origin_through = through, .step_unit = u, .step_through = through};
+    return;
+  }
+  if (w.steps != 0) {
+    // A stride is known: a step far from where it puts u starts the walk again from the newest
+    // step (the walker changed pace, or walks something else).
+    const std::uint32_t at = w.at(through), slack = w.extent + w.stride_ceil() + 1;
+    if (u + slack < at || u > at + slack) {
+      w = walk{.origin_unit = w.step_unit, .origin_through = w.step_through, .step_unit = u, .step_through = through,
+               .extent = w.extent, .steps = 1, .budget = budget_after(1)};
+      return;
+    }
+  }
+  // A step seen whole (no push before it): where it starts refines the stride.
+  w.copies = copy;
+  w.step_unit = u;
+  w.step_through = through;
+  if (w.steps < 255) ++w.steps;
+  w.budget = budget_after(w.steps);
 }
 
 void engine::encode_pushed_locked(int dest, std::uint32_t through, net::byte_writer& out) {
@@ -33,25 +101,60 @@ void engine::encode_pushed_locked(int dest, std::uint32_t through, net::byte_wri
   const std::size_t start = out.size();
   std::uint32_t count = 0;
   std::vector<std::uint32_t> units;
+  // The units a walk of dest's reaches after this release: where its stride puts the step, as
+  // many as a step reads (at least the stride and one more, so a row that straddles units is whole).
+  std::uint32_t walk_first = 0, walk_count = 0;
+  bool walk_copies = false;
   {
     std::lock_guard lk(push_mutex_);
     const auto& set = push_sets_[static_cast<std::size_t>(dest)];
     units.assign(set.begin(), set.end());
+    walk& w = walks_[static_cast<std::size_t>(dest)];
+    if (w.budget != 0 && w.steps != 0 && through > w.step_through) {
+      const std::uint32_t at = w.at(through);
+      if (at < region_.units()) {
+        walk_first = at;
+        walk_count = std::min({std::max(w.extent, w.stride_ceil() + 1), k_walk_span_max, region_.units() - at});
+      }
+      walk_copies = w.copies;
+      w.pushed_through = through;
+      --w.budget;
+    }
+  }
+  // The receiver wants the units in increasing order (the set's are); a unit of both is the set's.
+  std::vector<std::uint32_t> set_units;
+  auto in_set = [&](std::uint32_t v) { return std::binary_search(set_units.begin(), set_units.end(), v); };
+  if (walk_count != 0) {
+    set_units = units;
+    for (std::uint32_t v = walk_first; v < walk_first + walk_count; ++v)
+      if (!in_set(v)) units.push_back(v);
+    std::inplace_merge(units.begin(), units.begin() + static_cast<std::ptrdiff_t>(set_units.size()), units.end());
   }
   std::vector<std::uint32_t> exhausted;
-  for (std::uint32_t u : units) {
+  for (const std::uint32_t u : units) {
+    const bool walked = u >= walk_first && u - walk_first < walk_count && !in_set(u);  // the walk's, not the set's
     if (out.size() - start >= k_push_bytes) break;
+    if (walked && pages_.find(u) == nullptr) continue;  // never touched anywhere: nothing of ours
     std::lock_guard lk(pages_.lock_of(u));
     page_entry& pe = pages_.at(u);
+    // A walk pushes units dest fetched before (as neighbours of a fault: from where that left
+    // its copy), and units it never fetched from us if its copies are its own (a collective
+    // allocation: from our first interval). A walk through units it had no copy of (the copy
+    // requests of a block another rank allocated) pushes only the former.
+    if (pe.push.empty()) {
+      if (!walked || walk_copies) continue;
+      pe.push.resize(static_cast<std::size_t>(size_));
+    }
     auto& st = pe.push[static_cast<std::size_t>(dest)];
-    if (st.budget == 0) {
+    if (walked && walk_copies && st.through == 0) continue;
+    if (!walked && st.budget == 0) {
       exhausted.push_back(u);
       continue;
     }
     // From where dest's copy is (it fetched or was pushed our writes up to st.through; if it
     // never applied a push, the next fetch tells us again), so the pushed diffs are all it lacks.
     const std::uint32_t after = st.through;
-    if (after >= through) continue;
+    if (after >= through) continue;  // nothing new, or pushed already (a unit both sets hold)
     auto [b, e] = pe.own_overlapping(after, through, last_closed_.load(std::memory_order_relaxed));
     if (b == e) continue;  // not written in these intervals: nothing to push
     out.put(u);
@@ -60,7 +163,7 @@ void engine::encode_pushed_locked(int dest, std::uint32_t through, net::byte_wri
     encode_pieces_locked(u, pe, after, through, out);
     st.through = through;
     ++count;
-    if (--st.budget == 0) exhausted.push_back(u);
+    if (!walked && --st.budget == 0) exhausted.push_back(u);
   }
   out.fill_slot(count_at, count);
   if (count != 0) {

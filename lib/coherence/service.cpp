@@ -132,8 +132,9 @@ void engine::serve_diff_request(const net::inbound_frame& f, bool with_copy) {
     if (through <= after) out.put(std::uint32_t{0});
     // Only the unit the requester faulted on counts as read; the neighbours it asked for along
     // with it may never be (a boundary row's next rows), and pushing them would be waste.
-    if (k == 0) note_fetch_locked(u, pe, f.source, std::max(through, held));
-    else if (!pe.push.empty()) {
+    if (k == 0) note_fetch_locked(u, pe, f.source, through, std::max(through, held), with_copy);
+    else {  // where the requester's copy now is, for a walk that pushes it later
+      if (pe.push.empty()) pe.push.resize(static_cast<std::size_t>(size_));
       auto& st = pe.push[static_cast<std::size_t>(f.source)];
       st.through = std::max(st.through, std::max(through, held));
     }

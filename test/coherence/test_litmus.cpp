@@ -1255,3 +1255,109 @@ TEST_CASE("litmus 40: a rank walking another rank's pages reads ahead in growing
   }
   world_barrier();
 }
+
+TEST_CASE("litmus 42: a rank reading the next row after each RELEASE gets the rows pushed (a walk)",
+          "[mpi][litmus][np2+]") {
+  // Rank 0 rewrites every row of a matrix and releases to rank 1 in each round; rank 1 reads
+  // row r in round r (Floyd-Warshall's pivot row), its last word first. Rows are 1.5 units long:
+  // a row straddles units and the walk's stride is not whole. Each unit is read once, so no unit
+  // is fetched twice and pushed for that; but once two steps agree, rank 0's RELEASEs carry the
+  // units the walk reaches next (4, 8, 16 ... of them, renewed by a fault after a budget ran
+  // out): rank 1 faults in a few rounds, not in each (about 11 faults in 48 rounds), and every
+  // value is the round's. Then rank 1 writes a word of the row it reads next (a pushed diff for
+  // a unit the receiver writes keeps its word) and jumps back to row 0 (the walk is wrong now:
+  // it faults and fetches): values stay exact.
+  session s;
+  mailbox box("litmus.box");
+  constexpr int row = 1536, rows = 56, walked = 48;
+  int* m = mdsm::alloc_collective_array<int>(row * rows);
+  auto value = [](int round, int i, int j) { return round * 100000 + i * 1000 + j % 1000; };
+  auto check_row = [&](int round, int i) {
+    constexpr int last = row - 1 - (row - 1) % 7;  // rank 0 writes the words j % 7 == 0
+    REQUIRE(m[i * row + last] == value(round, i, last));
+    for (int j = 0; j < row; j += 7) REQUIRE(m[i * row + j] == value(round, i, j));
+  };
+  const int me = mdsm::rank();
+  world_barrier();
+  if (me == 0) {
+    for (int r = 1; r <= walked + 3; ++r) {
+      for (int i = 0; i < rows; ++i)
+        for (int j = 0; j < row; j += 7) m[i * row + j] = value(r, i, j);
+      box.send(1, annotation::release, r);
+      box.wait(r, 1);  // rank 1 has read round r
+    }
+  } else if (me == 1) {
+    const auto faults = stat("read_faults"), applied = stat("pushed_units_applied");
+    for (int r = 1; r <= walked; ++r) {
+      box.wait(r, 0);
+      check_row(r, r - 1);
+      box.send(0, annotation::none);
+    }
+    CHECK(stat("read_faults") - faults <= 20);  // 14 as measured; without the walk, 1-2 per round
+    CHECK(stat("pushed_units_applied") - applied >= static_cast<std::uint64_t>(walked));
+    m[walked * row + 1] = -1;  // a word rank 0 never writes, of the row read next
+    box.wait(walked + 1, 0);
+    check_row(walked + 1, walked);
+    REQUIRE(m[walked * row + 1] == -1);
+    box.send(0, annotation::none);
+    box.wait(walked + 2, 0);
+    check_row(walked + 2, 0);
+    check_row(walked + 2, rows - 1);
+    box.send(0, annotation::none);
+    box.wait(walked + 3, 0);
+    check_row(walked + 3, walked + 1);
+    REQUIRE(m[walked * row + 1] == -1);
+    box.send(0, annotation::none);
+  }
+  world_barrier();
+}
+
+TEST_CASE("litmus 43: ranks walking rows after each barrier; a walk through rows they have no copy of",
+          "[mpi][litmus][np2+]") {
+  // The barrier form of litmus 42 (apsp's): rank 0 rewrites its rows, everyone arrives at the
+  // barrier, and every other rank reads row r after barrier r. The manager's departures carry
+  // its pushes (at 2 ranks: rank 1 faults in a few rounds, not in each); at 3 and 4 ranks only
+  // the ranks whose acquire carries rank 0's releases get them, and the others fetch. Then rank 0
+  // writes rows of its own arena, which the others have no copy of: a walk through copy
+  // requests pushes only units already fetched, and values stay exact either way.
+  session s;
+  constexpr int row = 1536, rows = 40;
+  int* m = mdsm::alloc_collective_array<int>(row * rows);
+  mdsm::barrier bar;
+  auto value = [](int round, int i, int j) { return round * 100000 + i * 1000 + j % 1000; };
+  const int me = mdsm::rank();
+  auto walk = [&](int* base, int salt) {
+    const auto faults = stat("read_faults");
+    for (int r = 1; r <= rows; ++r) {
+      if (me == 0)
+        for (int i = 0; i < rows; ++i)
+          for (int j = 0; j < row; j += 5) base[i * row + j] = value(r + salt, i, j);
+      bar.arrive_and_wait();
+      if (me != 0)
+        for (int j = 0; j < row; j += 5) REQUIRE(base[(r - 1) * row + j] == value(r + salt, r - 1, j));
+      bar.arrive_and_wait();  // rank 0 writes the next round only after everyone read this one
+    }
+    return stat("read_faults") - faults;
+  };
+  world_barrier();
+  const auto faults = walk(m, 0);
+  if (me == 1 && mdsm::size() == 2) CHECK(faults <= 20);
+  // Rows in rank 0's arena: the others have no copy until they fetch one.
+  std::atomic<long> got{0};
+  auto h = mdsm::register_handler("litmus.rows", [&](mdsm::message& msg) {
+    got = msg.as<long>();
+    msg.accept();
+  });
+  int* own = nullptr;
+  if (me == 0) {
+    own = mdsm::alloc_array<int>(row * rows);
+    for (int d = 1; d < mdsm::size(); ++d) mdsm::send_value(d, h, reinterpret_cast<long>(own), annotation::release);
+  } else {
+    mdsm::wait_until([&] { return got.load() != 0; });
+    own = reinterpret_cast<int*>(got.load());
+  }
+  walk(own, 1000);
+  bar.arrive_and_wait();
+  if (me == 0) mdsm::free(own);
+  world_barrier();
+}

@@ -32,7 +32,9 @@ void engine::note_fetch_locked(std::uint32_t u, page_entry& pe, int source, std:
   st.through = std::max(st.through, held);
   if (st.fetches < 255) ++st.fetches;
   std::lock_guard lk(push_mutex_);
-  note_walk_locked(walks_[static_cast<std::size_t>(source)], u, through, copy);
+  // A walk visits units it has not faulted on before; a unit fetched again is re-read, and the
+  // sets above push it.
+  if (st.fetches == 1) note_walk_locked(walks_[static_cast<std::size_t>(source)], u, through, copy);
   if (st.fetches < 2) return;
   st.budget = budget_after(st.fetches - 1u);
   push_sets_[static_cast<std::size_t>(source)].insert(u);
@@ -66,8 +68,9 @@ void engine::note_walk_locked(walk& w, std::uint32_t u, std::uint32_t through, b
       return;
     }
   }
-  // A walk steps after every release of ours (or nearly: one without a read is allowed); faults
-  // further apart are readahead batches running out, which readahead serves well already.
+  // A walk steps after every release of ours, or every other one (a step between two barriers,
+  // litmus 43); faults further apart are readahead batches running out (apsp hybrid's), which
+  // readahead serves well already.
   const std::uint32_t last_seen = std::max(w.step_through, w.pushed_through);
   const bool forward = w.step_through != 0 && through > w.step_through && u > w.step_unit &&
                        u - w.step_unit <= k_walk_stride_max * (through - w.step_through) &&

@@ -127,12 +127,13 @@ class engine {
   void finish_acquire_locked(acquire_state& a);
 
   // push.cpp: diffs pushed along with RELEASEs
-  // `source` faulted on unit u and fetched it from us: push the unit's diffs along with our
+  // We served unit u to `source`, which `faulted` on it or asked for it along with the unit it
+  // faulted on: where its copy now is, and whether to push the unit's diffs along with our
   // RELEASEs to it. `through`: the newest of our intervals it asked for (the release of ours it
   // acquired before reading u); `held`: the newest whose writes to u it now holds; `copy`: it
   // had no copy and asked for one.
-  void note_fetch_locked(std::uint32_t u, page_entry& pe, int source, std::uint32_t through, std::uint32_t held,
-                         bool copy);
+  void note_served_locked(std::uint32_t u, page_entry& pe, int source, std::uint32_t through, std::uint32_t held,
+                          bool faulted, bool copy);
   // Applies pushed diffs to unit u instead of invalidating it, when they hold everything it lacks.
   bool apply_pushed_locked(std::uint32_t u, page_entry& pe, int creator, const pushed_unit& p);
   // Appends to a RELEASE for `dest` the diffs of this rank's writes up to interval `through` to

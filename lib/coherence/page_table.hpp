@@ -91,6 +91,13 @@ struct page_entry {
     std::uint32_t through = 0;  // our intervals whose writes to the unit it holds, as far as we know
   };
   std::vector<push_state> push;
+  push_state& push_to(int rank, std::size_t ranks) {  // made on first use
+    if (push.empty()) push.resize(ranks);
+    return push[static_cast<std::size_t>(rank)];
+  }
+  std::uint32_t push_through_of(int rank) const {  // 0: nothing known
+    return push.empty() ? 0 : push[static_cast<std::size_t>(rank)].through;
+  }
 
   // The fetch of this unit is over (whatever its outcome): threads waiting for it look again.
   void end_fetch() noexcept {

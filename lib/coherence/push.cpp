@@ -1,7 +1,7 @@
 // Diffs pushed along with RELEASEs (Keleher's lazy hybrid): a rank that keeps fetching one of
 // our units, or walks through our units a step per release of ours, gets their diffs on our
 // next RELEASEs to it (a bounded number), and applies them at the acquire instead of faulting
-// and fetching (COHERENCE.md §3). Serving a fetch counts it (note_fetch_locked, from
+// and fetching (COHERENCE.md §3). Serving a fetch counts it (note_served_locked, from
 // service.cpp); decoding is part of decode_release (engine.cpp).
 #include "coherence/engine.hpp"
 
@@ -23,13 +23,16 @@ std::uint8_t budget_after(unsigned confirmations) {
 constexpr std::uint32_t k_walk_stride_max = 16, k_walk_span_max = 16, k_walk_gap_max = 2;
 }  // namespace
 
-void engine::note_fetch_locked(std::uint32_t u, page_entry& pe, int source, std::uint32_t through,
-                               std::uint32_t held, bool copy) {
-  // A unit a rank fetches again and again (a boundary row, a counter under a lock) is pushed
-  // along with our next RELEASEs to it while its budget lasts.
-  if (pe.push.empty()) pe.push.resize(static_cast<std::size_t>(size_));
-  auto& st = pe.push[static_cast<std::size_t>(source)];
+void engine::note_served_locked(std::uint32_t u, page_entry& pe, int source, std::uint32_t through,
+                                std::uint32_t held, bool faulted, bool copy) {
+  // Where its copy is, for whatever pushes it later (a set's or a walk's).
+  auto& st = pe.push_to(source, static_cast<std::size_t>(size_));
   st.through = std::max(st.through, held);
+  // Only the unit it faulted on counts as read; the neighbours it asked for along with it may
+  // never be (a boundary row's next rows), and pushing them would be waste. A unit a rank fetches
+  // again and again (a boundary row, a counter under a lock) is pushed along with our next
+  // RELEASEs to it while its budget lasts.
+  if (!faulted) return;
   if (st.fetches < 255) ++st.fetches;
   std::lock_guard lk(push_mutex_);
   // A walk visits units it has not faulted on before; a unit fetched again is re-read, and the
@@ -144,12 +147,8 @@ void engine::encode_pushed_locked(int dest, std::uint32_t through, net::byte_wri
     // its copy), and units it never fetched from us if its copies are its own (a collective
     // allocation: from our first interval). A walk through units it had no copy of (the copy
     // requests of a block another rank allocated) pushes only the former.
-    if (pe.push.empty()) {
-      if (!walked || walk_copies) continue;
-      pe.push.resize(static_cast<std::size_t>(size_));
-    }
-    auto& st = pe.push[static_cast<std::size_t>(dest)];
-    if (walked && walk_copies && st.through == 0) continue;
+    if (walked && walk_copies && pe.push_through_of(dest) == 0) continue;
+    auto& st = pe.push_to(dest, static_cast<std::size_t>(size_));
     if (!walked && st.budget == 0) {
       exhausted.push_back(u);
       continue;
@@ -157,7 +156,7 @@ void engine::encode_pushed_locked(int dest, std::uint32_t through, net::byte_wri
     // From where dest's copy is (it fetched or was pushed our writes up to st.through; if it
     // never applied a push, the next fetch tells us again), so the pushed diffs are all it lacks.
     const std::uint32_t after = st.through;
-    if (after >= through) continue;  // nothing new, or pushed already (a unit both sets hold)
+    if (after >= through) continue;  // nothing new, or pushed already (of the set and the walk)
     auto [b, e] = pe.own_overlapping(after, through, last_closed_.load(std::memory_order_relaxed));
     if (b == e) continue;  // not written in these intervals: nothing to push
     out.put(u);

@@ -130,14 +130,7 @@ void engine::serve_diff_request(const net::inbound_frame& f, bool with_copy) {
     }
     const std::uint32_t held = through > after ? encode_pieces_locked(u, pe, after, through, out) : 0;
     if (through <= after) out.put(std::uint32_t{0});
-    // Only the unit the requester faulted on counts as read; the neighbours it asked for along
-    // with it may never be (a boundary row's next rows), and pushing them would be waste.
-    if (k == 0) note_fetch_locked(u, pe, f.source, through, std::max(through, held), with_copy);
-    else {  // where the requester's copy now is, for a walk that pushes it later
-      if (pe.push.empty()) pe.push.resize(static_cast<std::size_t>(size_));
-      auto& st = pe.push[static_cast<std::size_t>(f.source)];
-      st.through = std::max(st.through, std::max(through, held));
-    }
+    note_served_locked(u, pe, f.source, through, std::max(through, held), k == 0, with_copy);
   }
   out.fill_slot(count_at, answered);
   send_protocol(f.source, with_copy ? op_copy_reply : op_diff_reply, f.header.token, out.bytes());

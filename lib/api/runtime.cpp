@@ -27,7 +27,7 @@ void wait_request(net::progress& p, MPI_Request& req, const char* what) {
   detail::waiting_for waiting(subject);
   p.wait_until([&] {
     int done = 0;
-    MPI_Test(&req, &done, MPI_STATUS_IGNORE);
+    PMPI_Test(&req, &done, MPI_STATUS_IGNORE);
     return done != 0;
   });
 }
@@ -96,7 +96,7 @@ void init(MPI_Comm comm, const options& opts) {
   if (provided < MPI_THREAD_MULTIPLE)
     detail::fail(MDSM_ERR_THREAD_LEVEL, "init: MPI was initialized with thread level ", provided,
                  "; mdsm needs MPI_THREAD_MULTIPLE (", MPI_THREAD_MULTIPLE,
-                 "): initialize MPI with MPI_Init_thread(..., MPI_THREAD_MULTIPLE, ...)");
+                 "): initialize MPI with PMPI_Init_thread(..., MPI_THREAD_MULTIPLE, ...)");
   detail::clear_deferred();
   stats::reset();  // statistics describe one init..finalize session
 
@@ -165,7 +165,7 @@ void init(int* argc, char*** argv, const options& opts) {
   bool owns = false;
   if (!mpi_up) {
     int provided = 0;
-    if (MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS)
+    if (PMPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS)
       detail::fail(MDSM_ERR_MPI, "init: MPI_Init_thread failed");
     owns = true;
   }
@@ -198,7 +198,7 @@ void finalize() {
   const bool owns = r.owns_mpi;
   detail::g_runtime.reset();
   detail::clear_deferred();
-  if (owns) MPI_Finalize();
+  if (owns) PMPI_Finalize();
 }
 
 int rank() { return detail::rt().transport->rank(); }

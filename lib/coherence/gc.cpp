@@ -18,7 +18,7 @@ void wait_request(net::progress& p, MPI_Request& req) {
   detail::waiting_for waiting(subject);
   p.wait_until([&] {
     int done = 0;
-    MPI_Test(&req, &done, MPI_STATUS_IGNORE);
+    PMPI_Test(&req, &done, MPI_STATUS_IGNORE);
     return done != 0;
   });
 }

@@ -79,14 +79,14 @@ region_map::region_map(MPI_Comm comm, const region_config& cfg) {
     problem = e;
   }
   int bad = problem ? 1 : 0, any_bad = 0;
-  mpi_ok(MPI_Allreduce(&bad, &any_bad, 1, MPI_INT, MPI_MAX, comm), "MPI_Allreduce");
+  mpi_ok(PMPI_Allreduce(&bad, &any_bad, 1, MPI_INT, MPI_MAX, comm), "MPI_Allreduce");
   if (problem) throw *problem;
   if (any_bad) detail::fail(MDSM_ERR_MISMATCH, "another rank rejected the coherent region settings (see its message)");
 
   // Every rank must describe the same region, or addresses would mean different things.
   unsigned long long mine[2] = {size_, unit_}, lo[2], hi[2];
-  mpi_ok(MPI_Allreduce(mine, lo, 2, MPI_UNSIGNED_LONG_LONG, MPI_MIN, comm), "MPI_Allreduce");
-  mpi_ok(MPI_Allreduce(mine, hi, 2, MPI_UNSIGNED_LONG_LONG, MPI_MAX, comm), "MPI_Allreduce");
+  mpi_ok(PMPI_Allreduce(mine, lo, 2, MPI_UNSIGNED_LONG_LONG, MPI_MIN, comm), "MPI_Allreduce");
+  mpi_ok(PMPI_Allreduce(mine, hi, 2, MPI_UNSIGNED_LONG_LONG, MPI_MAX, comm), "MPI_Allreduce");
   if (lo[0] != hi[0] || lo[1] != hi[1])
     detail::fail(MDSM_ERR_MISMATCH, "ranks asked for different coherent regions (sizes ", lo[0], "..", hi[0],
                  ", units ", lo[1], "..", hi[1], "); set MDSM_COHERENT_SIZE the same everywhere");
@@ -106,14 +106,14 @@ region_map::region_map(MPI_Comm comm, const region_config& cfg) {
     if (candidate == 0) {
       // A rank's kernel suggests a free range; leave a gap below it for the library view.
       addr = rank == proposer ? reinterpret_cast<std::uintptr_t>(os::propose_address(size_)) : 0;
-      mpi_ok(MPI_Bcast(&addr, 1, MPI_UNSIGNED_LONG_LONG, proposer, comm), "MPI_Bcast");
+      mpi_ok(PMPI_Bcast(&addr, 1, MPI_UNSIGNED_LONG_LONG, proposer, comm), "MPI_Bcast");
       ++proposer;
       if (addr == 0) continue;
     }
     const bool aligned = addr % page == 0 && addr + size_ <= os::address_space_end() && addr + size_ > addr;
     int ok = aligned && os::map_fixed_noreplace(reinterpret_cast<void*>(addr), size_, fd_, os::prot::none) ? 1 : 0;
     int all = 0;
-    mpi_ok(MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, comm), "MPI_Allreduce");
+    mpi_ok(PMPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, comm), "MPI_Allreduce");
     if (all == 1) {
       app_ = reinterpret_cast<std::byte*>(addr);
       break;

@@ -91,7 +91,7 @@ handler_id endpoint::register_handler(std::string_view name, handler_fn fn) {
   detail::waiting_for waiting(subject);
   progress_.wait_until([&] {
     int done = 0;
-    MPI_Test(&req, &done, MPI_STATUS_IGNORE);
+    PMPI_Test(&req, &done, MPI_STATUS_IGNORE);
     return done != 0;
   });
   for (int r = 0; r < transport_.size(); ++r) {

@@ -20,7 +20,7 @@ doorbells::doorbells(MPI_Comm comm) {
   MPI_Comm_size(node_, &node_size);
   MPI_Comm_rank(comm, &rank);
   std::vector<int> ranks(static_cast<std::size_t>(node_size));
-  MPI_Allgather(&rank, 1, MPI_INT, ranks.data(), 1, MPI_INT, node_);
+  PMPI_Allgather(&rank, 1, MPI_INT, ranks.data(), 1, MPI_INT, node_);
   // One window for the host: node rank 0 allocates every slot, contiguously, from a cache-line
   // boundary. MPI aligns a shared window only to 8 bytes or so (Open MPI's started at 0x...108):
   // slots placed at its start were misaligned (undefined behaviour for their alignas(64) type,
@@ -30,7 +30,7 @@ doorbells::doorbells(MPI_Comm comm) {
       node_rank == 0 ? static_cast<MPI_Aint>(sizeof(slot)) * node_size + static_cast<MPI_Aint>(alignof(slot) - 1) : 0;
   int ok = MPI_Win_allocate_shared(bytes, 1, MPI_INFO_NULL, node_, &base, &win_) == MPI_SUCCESS ? 1 : 0;
   int all_ok = 0;
-  MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, node_);
+  PMPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, node_);
   if (all_ok) {
     MPI_Aint got = 0;
     int disp = 0;
@@ -41,19 +41,19 @@ doorbells::doorbells(MPI_Comm comm) {
     std::uint64_t pad = 0;
     if (node_rank == 0 && all_ok)
       pad = (alignof(slot) - reinterpret_cast<std::uintptr_t>(first) % alignof(slot)) % alignof(slot);
-    MPI_Bcast(&pad, 1, MPI_UINT64_T, 0, node_);
+    PMPI_Bcast(&pad, 1, MPI_UINT64_T, 0, node_);
     if (all_ok) {
       first = static_cast<std::byte*>(first) + pad;
       all_ok = reinterpret_cast<std::uintptr_t>(first) % alignof(slot) == 0 &&
                got >= static_cast<MPI_Aint>(pad + sizeof(slot) * static_cast<std::size_t>(node_size));
     }
     int agree = all_ok ? 1 : 0;
-    MPI_Allreduce(&agree, &all_ok, 1, MPI_INT, MPI_MIN, node_);
+    PMPI_Allreduce(&agree, &all_ok, 1, MPI_INT, MPI_MIN, node_);
     if (all_ok) {
       auto* slots = static_cast<slot*>(first);
       if (node_rank == 0)
         for (int i = 0; i < node_size; ++i) new (&slots[i]) slot();
-      MPI_Barrier(node_);  // initialized before anyone rings
+      PMPI_Barrier(node_);  // initialized before anyone rings
       for (int i = 0; i < node_size; ++i) slots_[static_cast<std::size_t>(ranks[static_cast<std::size_t>(i)])] = &slots[i];
       mine_ = &slots[node_rank];
       MDSM_ASSERT(reinterpret_cast<std::uintptr_t>(mine_) % alignof(slot) == 0, "doorbell slot not cache-line aligned");

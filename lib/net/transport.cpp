@@ -65,7 +65,7 @@ transport::transport(MPI_Comm base, std::size_t inline_max, std::uint32_t window
   // Both ends of a pair must cost frames alike (costs are capped at the window) and a receiver
   // reports by half of it: one window for the job, the smallest any rank asks for.
   window = std::clamp(window, flow_control::k_min_window, flow_control::k_max_window);
-  check_mpi(MPI_Allreduce(MPI_IN_PLACE, &window, 1, MPI_UINT32_T, MPI_MIN, coll_comm_), "MPI_Allreduce");
+  check_mpi(PMPI_Allreduce(MPI_IN_PLACE, &window, 1, MPI_UINT32_T, MPI_MIN, coll_comm_), "MPI_Allreduce");
   flow_.configure(size_, window);
   bells_ = std::make_unique<doorbells>(comm_);
   sent_base_ = stats::get_since_load(stats::counter::frames_sent);
@@ -85,13 +85,13 @@ transport::transport(MPI_Comm base, std::size_t inline_max, std::uint32_t window
 
 transport::~transport() {
   // Pre: the job is quiescent (finalize detected termination), so nothing is in flight to us.
-  for (auto& p : inflight_) MPI_Wait(&p.request, MPI_STATUS_IGNORE);
+  for (auto& p : inflight_) PMPI_Wait(&p.request, MPI_STATUS_IGNORE);
   inflight_.clear();
   for (std::size_t i = 0; i < ring_requests_.size(); ++i) {
     MPI_Request& r = ring_requests_[i];
     if (!(repost_pending_ && repost_slot() == i)) {  // active: cancel it
       MPI_Cancel(&r);
-      MPI_Wait(&r, MPI_STATUS_IGNORE);
+      PMPI_Wait(&r, MPI_STATUS_IGNORE);
     }
     MPI_Request_free(&r);
   }
@@ -263,9 +263,9 @@ void transport::isend_staged(std::size_t len, int dest, int tag) {
 std::unique_ptr<std::byte[]> transport::isend(std::unique_ptr<std::byte[]> buffer, std::size_t len, int dest, int tag,
                                               std::size_t capacity) {
   MPI_Request req;
-  check_mpi(MPI_Isend(buffer.get(), static_cast<int>(len), MPI_BYTE, dest, tag, comm_, &req), "MPI_Isend");
+  check_mpi(PMPI_Isend(buffer.get(), static_cast<int>(len), MPI_BYTE, dest, tag, comm_, &req), "MPI_Isend");
   int done = 0;
-  check_mpi(MPI_Test(&req, &done, MPI_STATUS_IGNORE), "MPI_Test");
+  check_mpi(PMPI_Test(&req, &done, MPI_STATUS_IGNORE), "MPI_Test");
   if (done) return buffer;
   std::lock_guard lk(send_mutex_);
   inflight_.push_back(pending_send{req, std::move(buffer), capacity});
@@ -290,7 +290,7 @@ void transport::retire_sends() {
   if (!lk.owns_lock()) return;  // a sender is adding; retire next time
   for (std::size_t i = 0; i < inflight_.size();) {
     int done = 0;
-    check_mpi(MPI_Test(&inflight_[i].request, &done, MPI_STATUS_IGNORE), "MPI_Test");
+    check_mpi(PMPI_Test(&inflight_[i].request, &done, MPI_STATUS_IGNORE), "MPI_Test");
     if (done) {
       // Large frames' buffers are kept for the next ones: a fresh one costs a page fault per
       // 4 KiB on first touch (a 64 KiB reply of 16 pages paid ~20 us for it).
@@ -352,7 +352,7 @@ std::size_t transport::poll(std::size_t max_frames) {
     int flag = 0;
     MPI_Status st;
     const std::size_t slot = ring_head_;
-    const int rc = MPI_Test(&ring_requests_[slot], &flag, &st);
+    const int rc = PMPI_Test(&ring_requests_[slot], &flag, &st);
     if (!flag) {
       check_mpi(rc, "MPI_Test");
       break;
@@ -389,7 +389,7 @@ void transport::take_large(std::span<const std::byte> announcement, int source) 
   std::vector<std::byte>& body = large_body_;
   if (body.size() < len) body.resize(len);
   MPI_Status st;
-  check_mpi(MPI_Recv(body.data(), static_cast<int>(len), MPI_BYTE, source, k_large_tag, comm_, &st), "MPI_Recv");
+  check_mpi(PMPI_Recv(body.data(), static_cast<int>(len), MPI_BYTE, source, k_large_tag, comm_, &st), "MPI_Recv");
   int count = 0;
   MPI_Get_count(&st, MPI_BYTE, &count);
   if (static_cast<std::uint64_t>(count) != len) return report_malformed(rank_, source, "large-frame body length");

@@ -1,7 +1,7 @@
 // MPI transport: mdsm's private communicators, frame sending, and the receive side that the
 // progress engine drives.
 //
-// Receiving uses a ring of preposted MPI_Irecv(ANY_SOURCE) buffers of `inline_max` bytes on one
+// Receiving uses a ring of preposted PMPI_Irecv(ANY_SOURCE) buffers of `inline_max` bytes on one
 // tag. MPI matches them in posting order and never lets two messages from one sender overtake
 // each other, so completing the ring strictly in order preserves per-sender order end to end.
 // (Measured on this machine: a preposted ring costs what a raw MPI_Recv round trip costs;
@@ -192,7 +192,7 @@ class transport {
   void send_eager(const std::byte* frame, std::size_t len, int dest, stats::storage::block& counts) {
     stats::add(counts, stats::counter::frames_sent);
     stats::add(counts, stats::counter::frame_bytes_sent, len);
-    const int rc = MPI_Send(frame, static_cast<int>(len), MPI_BYTE, dest, k_ring_tag, comm_);
+    const int rc = PMPI_Send(frame, static_cast<int>(len), MPI_BYTE, dest, k_ring_tag, comm_);
     if (rc != MPI_SUCCESS) [[unlikely]]
       send_failed(rc);
   }

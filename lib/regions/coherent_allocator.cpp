@@ -102,7 +102,7 @@ void coherent_allocator::collective_check(std::uint64_t value, const char* what)
   detail::waiting_for waiting(subject);
   endpoint_.progress().wait_until([&] {
     int done = 0;
-    MPI_Test(&req, &done, MPI_STATUS_IGNORE);
+    PMPI_Test(&req, &done, MPI_STATUS_IGNORE);
     return done != 0;
   });
   if (out[0] != value || ~out[1] != value)

@@ -14,7 +14,7 @@ std::vector<std::vector<std::uint64_t>> gather_all(MPI_Comm comm) {
   std::vector<std::uint64_t> mine(k_counters);
   for (unsigned i = 0; i < k_counters; ++i) mine[i] = get(static_cast<counter>(i));
   std::vector<std::uint64_t> all(static_cast<std::size_t>(size) * k_counters);
-  if (MPI_Allgather(mine.data(), static_cast<int>(k_counters), MPI_UINT64_T, all.data(), static_cast<int>(k_counters),
+  if (PMPI_Allgather(mine.data(), static_cast<int>(k_counters), MPI_UINT64_T, all.data(), static_cast<int>(k_counters),
                     MPI_UINT64_T, comm) != MPI_SUCCESS)
     detail::fail(MDSM_ERR_MPI, "MPI_Allgather of statistics failed");
   std::vector<std::vector<std::uint64_t>> out(static_cast<std::size_t>(size));

@@ -84,7 +84,7 @@ void services::allreduce(const void* in, void* out, int count, MPI_Datatype t, M
   detail::waiting_for waiting(subject);
   wait_until([&] {
     int done = 0;
-    MPI_Test(&req, &done, MPI_STATUS_IGNORE);
+    PMPI_Test(&req, &done, MPI_STATUS_IGNORE);
     return done != 0;
   });
 }

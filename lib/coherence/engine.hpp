@@ -161,6 +161,8 @@ class engine {
   bool on_fault(const os::fault_info& f);
   // Makes unit u accessible for `how`; returns false if it is not allocated.
   bool validate(std::uint32_t u, access how);
+  // Makes a valid unit's writes recorded (twin, dirty list, hot detection); the caller opens it.
+  void begin_write_locked(std::uint32_t u, page_entry& pe);
   void make_writable_locked(std::uint32_t u, page_entry& pe);
   // Makes the lazy diff of the twin's unit (the twin is dropped, the unit write-protected, a hot
   // stretch ends).

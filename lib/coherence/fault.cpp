@@ -86,6 +86,11 @@ bool engine::settle_locked(std::uint32_t u, page_entry& pe) {
 }
 
 void engine::make_writable_locked(std::uint32_t u, page_entry& pe) {
+  begin_write_locked(u, pe);
+  set_prot_locked(u, pe, os::prot::read_write);
+}
+
+void engine::begin_write_locked(std::uint32_t u, page_entry& pe) {
   // Written in the interval closed last and again now: likely written in every interval, so it
   // becomes hot at the next close. (A snapshot diff made in between, for a request or a push,
   // leaves the twin: a unit two ranks write in turn stays writable on both.)
@@ -103,7 +108,6 @@ void engine::make_writable_locked(std::uint32_t u, page_entry& pe) {
     dirty_.push_back(u);
     any_dirty_.store(true, std::memory_order_release);
   }
-  set_prot_locked(u, pe, os::prot::read_write);
 }
 
 void engine::end_hot_locked(std::uint32_t u, page_entry& pe) {
@@ -325,7 +329,23 @@ bool engine::prepare_access(const void* p, std::size_t len, bool write) {
   if (len == 0) return true;
   const std::uint32_t first = region_.unit_of(p);
   const std::uint32_t last = region_.unit_of(static_cast<const std::byte*>(p) + len - 1);
-  for (std::uint32_t u = first; u <= last; ++u)
+  // Valid units in one pass, with one mprotect per run (a 4 MiB receive buffer is 1,024 units);
+  // the others as faults would take them (fetches gather their neighbours).
+  std::vector<std::uint32_t> fetch;
+  {
+    protection_batch batch = protections();
+    for (std::uint32_t u = first; u <= last; ++u)
+      batch.visit(u, [&](page_entry& pe) -> unit_protection {
+        if (pe.state != page_state::valid) {
+          fetch.push_back(u);
+          return {pe.prot};
+        }
+        if (!write || pe.prot == os::prot::read_write) return {pe.prot};
+        begin_write_locked(u, pe);
+        return {os::prot::read_write};
+      });
+  }
+  for (std::uint32_t u : fetch)
     if (!validate(u, write ? access::write : access::read)) return false;
   return true;
 }

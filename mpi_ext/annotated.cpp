@@ -49,7 +49,19 @@ int error_code(errc e) {
 int g_keyval = MPI_KEYVAL_INVALID;
 std::once_flag g_keyval_once;
 
+// Each thread remembers the last communicator it used: an attribute lookup takes a lock in Open
+// MPI, on every call. A state freed anywhere invalidates every thread's entry (a freed handle can
+// come back for another communicator).
+std::atomic<std::uint64_t> g_states_freed{0};
+struct last_comm {
+  MPI_Comm comm = MPI_COMM_NULL;
+  comm_state* cs = nullptr;
+  std::uint64_t freed = 0;
+};
+thread_local last_comm t_last;
+
 int delete_state(MPI_Comm, int, void* value, void*) {
+  g_states_freed.fetch_add(1, std::memory_order_acq_rel);
   auto* cs = static_cast<comm_state*>(value);
   int finalized = 0;
   MPI_Finalized(&finalized);
@@ -58,9 +70,9 @@ int delete_state(MPI_Comm, int, void* value, void*) {
   return MPI_SUCCESS;
 }
 
-// Builds the state of `comm` (a local operation: no collective step).
-comm_state* make_state(MPI_Comm comm, const detail::runtime& rt) {
-  auto cs = std::make_unique<comm_state>();
+// (Re)computes how `comm`'s ranks translate to mdsm's (a local operation: no collective step).
+// The collectives' duplicate is kept: it belongs to the communicator, not to the session.
+void translate(MPI_Comm comm, const detail::runtime& rt, comm_state& cs) {
   MPI_Group mine, theirs;
   PMPI_Comm_group(comm, &mine);
   PMPI_Comm_group(rt.user_comm, &theirs);
@@ -69,18 +81,18 @@ comm_state* make_state(MPI_Comm comm, const detail::runtime& rt) {
   PMPI_Group_size(theirs, &m);
   std::vector<int> ranks(static_cast<std::size_t>(n));
   for (int i = 0; i < n; ++i) ranks[static_cast<std::size_t>(i)] = i;
-  cs->to_mdsm.resize(static_cast<std::size_t>(n));
-  PMPI_Group_translate_ranks(mine, n, ranks.data(), theirs, cs->to_mdsm.data());
+  cs.to_mdsm.resize(static_cast<std::size_t>(n));
+  PMPI_Group_translate_ranks(mine, n, ranks.data(), theirs, cs.to_mdsm.data());
   PMPI_Group_free(&mine);
   PMPI_Group_free(&theirs);
-  cs->identity = true;
+  cs.identity = true;
   for (int i = 0; i < n; ++i) {
-    int& r = cs->to_mdsm[static_cast<std::size_t>(i)];
+    int& r = cs.to_mdsm[static_cast<std::size_t>(i)];
     if (r == MPI_UNDEFINED) r = -1;
-    if (r != i) cs->identity = false;
+    if (r != i) cs.identity = false;
   }
-  cs->congruent = cs->identity && n == m;
-  return cs.release();
+  cs.congruent = cs.identity && n == m;
+  cs.session = rt.session;
 }
 
 // The side channel's tags: unique per sender among its messages in flight.
@@ -136,12 +148,20 @@ context enter(MPI_Comm comm, const char* call) {
     c.rc = MPI_ERR_COMM;
     return c;
   }
+  const std::uint64_t freed = g_states_freed.load(std::memory_order_acquire);
+  if (t_last.comm == comm && t_last.freed == freed && t_last.cs->session == c.rt->session) [[likely]] {
+    c.cs = t_last.cs;
+    return c;
+  }
   std::call_once(g_keyval_once, [] { PMPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, delete_state, &g_keyval, nullptr); });
   void* v = nullptr;
   int flag = 0;
   PMPI_Comm_get_attr(comm, g_keyval, &v, &flag);
-  if (flag) [[likely]] {
+  if (flag) {
     c.cs = static_cast<comm_state*>(v);
+    // Made under an earlier mdsm session: its ranks may translate to another communicator's.
+    if (c.cs->session != c.rt->session) translate(comm, *c.rt, *c.cs);
+    t_last = last_comm{comm, c.cs, freed};
     return c;
   }
   int inter = 0;
@@ -150,8 +170,10 @@ context enter(MPI_Comm comm, const char* call) {
     c.rc = raise(comm, errc::intercomm, detail::cat(call, ": an intercommunicator; MDSM_ calls take intracommunicators"));
     return c;
   }
-  c.cs = make_state(comm, *c.rt);
+  c.cs = new comm_state;
+  translate(comm, *c.rt, *c.cs);
   PMPI_Comm_set_attr(comm, g_keyval, c.cs);
+  t_last = last_comm{comm, c.cs, g_states_freed.load(std::memory_order_acquire)};
   return c;
 }
 
@@ -300,12 +322,18 @@ recv_op::~recv_op() {
   }
 }
 
+namespace {
+thread_local std::vector<std::byte> t_recv_scratch;
+}
+
 int post_recv(recv_op& op, bool block) {
   op.at = recv_op::stage::data;
   const bool copy = !op.b.coherent && op.b.contiguous && op.b.bytes <= copy_max();
   if (copy || op.count == 0) {
     // Into one buffer; copied out (a receive into coherent memory is never copied by another
     // thread: requests finished by the progress thread must not write the coherent region).
+    // A blocking receive borrows this thread's buffer (MDSM_Recv gives it back).
+    if (block) op.packed.swap(t_recv_scratch);
     op.packed.resize(sizeof(header) + op.b.bytes);
     const int n = static_cast<int>(op.packed.size());
     if (block) op.rc = PMPI_Recv(op.packed.data(), n, MPI_BYTE, op.source, op.tag, op.comm, &op.status);
@@ -403,6 +431,12 @@ void cinfo_arrived(recv_op& op) {
 }
 
 }  // namespace
+
+void recv_blocking(recv_op& op) {
+  post_recv(op, true);
+  advance(op, true);
+  if (!op.packed.empty()) op.packed.swap(t_recv_scratch);
+}
 
 bool advance(recv_op& op, bool block) {
   for (;;) {
@@ -512,8 +546,7 @@ int MDSM_Recv(void* buf, int count, MPI_Datatype type, int source, int tag, MPI_
     return raise(comm, errc::not_initialized, "MDSM_Recv: called from a message handler (it blocks)");
   recv_op op;
   if (const int rc = prepare_recv(op, buf, count, type, source, tag, comm, "MDSM_Recv"); rc != MPI_SUCCESS) return rc;
-  post_recv(op, true);
-  advance(op, true);
+  recv_blocking(op);
   if (status != MPI_STATUS_IGNORE) *status = op.status;
   return op.rc;
 }

@@ -45,8 +45,7 @@ int empty_recv(MPI_Comm coll, int source, int tag, bool keep, std::optional<cohe
   op.tag = tag;
   op.comm = coll;
   op.keep_release = keep;
-  post_recv(op, true);
-  advance(op, true);
+  recv_blocking(op);
   if (out != nullptr) *out = std::move(op.release);
   return op.rc;
 }

@@ -44,6 +44,7 @@ struct comm_state {
   std::vector<int> to_mdsm;  // otherwise: comm rank -> mdsm rank (-1: not an mdsm rank)
   bool congruent = false;    // the same group, in the same order, as mdsm's communicator
   MPI_Comm coll = MPI_COMM_NULL;  // collectives' own duplicate, made by the first collective
+  std::uint64_t session = 0;  // the mdsm session whose ranks to_mdsm translates to
   int mdsm_rank(int r) const { return identity ? r : to_mdsm[static_cast<std::size_t>(r)]; }
 };
 
@@ -124,6 +125,8 @@ struct recv_op {
 };
 // Posts the receive (blocking: completes it). Returns an MPI error code.
 int post_recv(recv_op& op, bool block);
+// post_recv and advance to the end, on the calling thread.
+void recv_blocking(recv_op& op);
 // Moves the receive on; with `block` to the end. True once done (op.rc tells how it ended).
 bool advance(recv_op& op, bool block);
 

@@ -152,6 +152,8 @@ void init(MPI_Comm comm, const options& opts) {
   PMPI_Comm_dup(comm, &r->mpi_ext_comm);
   MPI_Comm_set_errhandler(r->mpi_ext_comm, MPI_ERRORS_RETURN);
   r->user_comm = comm;
+  static std::atomic<std::uint64_t> sessions{0};
+  r->session = sessions.fetch_add(1, std::memory_order_relaxed) + 1;
   r->progress->start_thread();
   detail::g_runtime = std::move(r);
   // lib/sync registers its handlers through the public API, so it comes up last.

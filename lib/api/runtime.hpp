@@ -41,6 +41,8 @@ struct runtime {
   MPI_Comm mpi_ext_comm = MPI_COMM_NULL;
   // The communicator mdsm was initialized over (the user's handle, not a duplicate).
   MPI_Comm user_comm = MPI_COMM_NULL;
+  // Counts init calls in this process: tells state kept across sessions (mpi_ext's) it is stale.
+  std::uint64_t session = 0;
   ~runtime();
 };
 

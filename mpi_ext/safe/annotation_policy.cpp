@@ -14,6 +14,31 @@ int g_keyval = MPI_KEYVAL_INVALID;
 int g_bad_value_code = MPI_ERR_INFO_VALUE;  // MPI_Error_string names the key and the valid values
 // Set once any communicator has an annotation of its own; until then no lookup is needed.
 std::atomic<bool> g_any_cached{false};
+// Moves on whenever an annotation attribute is set, copied (MPI_Comm_dup) or deleted (also when
+// its communicator is freed), so a thread's cached lookup below is known to be current: Open MPI
+// takes a lock in every attribute lookup.
+std::atomic<std::uint64_t> g_epoch{1};
+// The calling thread's last lookup.
+struct last_lookup {
+  MPI_Comm comm = MPI_COMM_NULL;
+  std::uint64_t epoch = 0;
+  bool found = false;
+  mdsm_annotation annotation = MDSM_RELEASE;
+};
+thread_local last_lookup t_last;
+
+void bump() { g_epoch.fetch_add(1, std::memory_order_acq_rel); }
+
+int copy_annotation(MPI_Comm, int, void*, void* in, void* out, int* flag) {
+  *static_cast<void**>(out) = in;
+  *flag = 1;
+  bump();
+  return MPI_SUCCESS;
+}
+int delete_annotation(MPI_Comm, int, void*, void*) {
+  bump();
+  return MPI_SUCCESS;
+}
 
 // The attribute holds annotation + 1 (never a null pointer).
 void* encode(mdsm_annotation a) { return reinterpret_cast<void*>(static_cast<std::intptr_t>(a) + 1); }
@@ -54,7 +79,7 @@ bool load_default(std::string* message) {
 }
 
 int create_keyval() {
-  int rc = PMPI_Comm_create_keyval(MPI_COMM_DUP_FN, MPI_COMM_NULL_DELETE_FN, &g_keyval, nullptr);
+  int rc = PMPI_Comm_create_keyval(copy_annotation, delete_annotation, &g_keyval, nullptr);
   if (rc != MPI_SUCCESS) return rc;
   int code = 0;
   if (PMPI_Add_error_code(MPI_ERR_INFO_VALUE, &code) == MPI_SUCCESS &&
@@ -67,6 +92,7 @@ int create_keyval() {
 void free_keyval() {
   if (g_keyval != MPI_KEYVAL_INVALID) PMPI_Comm_free_keyval(&g_keyval);
   g_any_cached.store(false, std::memory_order_relaxed);
+  bump();
 }
 
 policy policy_for(MPI_Comm comm) {
@@ -74,9 +100,14 @@ policy policy_for(MPI_Comm comm) {
   p.annotation = g_default;
   if (comm == MPI_COMM_NULL) return p;  // the MDSM_ call reports the invalid communicator
   if (g_any_cached.load(std::memory_order_acquire)) {
-    void* value = nullptr;
-    int flag = 0;
-    if (PMPI_Comm_get_attr(comm, g_keyval, &value, &flag) == MPI_SUCCESS && flag) p.annotation = decode(value);
+    const std::uint64_t epoch = g_epoch.load(std::memory_order_acquire);
+    if (t_last.comm != comm || t_last.epoch != epoch) {
+      void* value = nullptr;
+      int flag = 0;
+      if (PMPI_Comm_get_attr(comm, g_keyval, &value, &flag) != MPI_SUCCESS) flag = 0;
+      t_last = {comm, epoch, flag != 0, flag ? decode(value) : MDSM_RELEASE};
+    }
+    if (t_last.found) p.annotation = t_last.annotation;
   }
   if (comm != MPI_COMM_WORLD && comm != MPI_COMM_SELF) {
     int inter = 0;
@@ -110,6 +141,7 @@ int annotation_from_info(MPI_Info info, const char* call, MPI_Comm comm, bool* f
 int set_annotation(MPI_Comm comm, mdsm_annotation value) {
   int rc = PMPI_Comm_set_attr(comm, g_keyval, encode(value));
   if (rc == MPI_SUCCESS) g_any_cached.store(true, std::memory_order_release);
+  bump();
   return rc;
 }
 

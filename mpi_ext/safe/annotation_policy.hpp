@@ -3,12 +3,13 @@
 // The default is RELEASE. MDSM_SAFE_ANNOTATION changes it for the whole job; the info key
 // `mdsm_annotation` (MPI_Comm_set_info, MPI_Comm_dup_with_info) changes it for one communicator.
 // Values: "release", "release_nt", "none". A communicator's choice is cached in an MPI attribute
-// (copied by MPI_Comm_dup / MPI_Comm_idup, as the communicator's info is), so a message costs at
-// most one attribute lookup, and none while no communicator has a choice of its own.
+// (copied by MPI_Comm_dup, as the communicator's hints are). A message costs no lookup while no
+// communicator has a choice of its own, and afterwards one only when the calling thread's last
+// communicator differs or an annotation changed anywhere since (an epoch counter).
 //
 // Threads: load_default and create_keyval run once, in the MPI_Init wrapper, before the program
-// has other threads; after that everything here is read-only or goes through MPI's attribute
-// calls (thread-safe under MPI_THREAD_MULTIPLE), plus one atomic flag.
+// has other threads; after that the shared state is read-only, atomic (a flag, the epoch) or
+// MPI's attributes (thread-safe under MPI_THREAD_MULTIPLE); each thread's last lookup is its own.
 #pragma once
 
 #include <mpi.h>

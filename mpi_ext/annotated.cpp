@@ -92,6 +92,7 @@ void translate(MPI_Comm comm, const detail::runtime& rt, comm_state& cs) {
     if (r != i) cs.identity = false;
   }
   cs.congruent = cs.identity && n == m;
+  cs.size = n;
   cs.session = rt.session;
 }
 
@@ -181,10 +182,12 @@ int describe(context& c, MPI_Comm comm, const void* buf, int count, MPI_Datatype
              const char* call) {
   out = buffer{};
   if (count <= 0 || type == MPI_DATATYPE_NULL) return MPI_SUCCESS;  // MPI reports a bad count or type
-  MPI_Count size = 0, lb = 0, extent = 0, true_lb = 0, true_extent = 0;
-  if (PMPI_Type_size_x(type, &size) != MPI_SUCCESS || size <= 0) return MPI_SUCCESS;
-  PMPI_Type_get_extent_x(type, &lb, &extent);
-  PMPI_Type_get_true_extent_x(type, &true_lb, &true_extent);
+  MPI_Count size = named_size(type), lb = 0, extent = size, true_lb = 0, true_extent = size;
+  if (size == 0) {  // a derived type (or a rare predefined one): ask MPI
+    if (PMPI_Type_size_x(type, &size) != MPI_SUCCESS || size <= 0) return MPI_SUCCESS;
+    PMPI_Type_get_extent_x(type, &lb, &extent);
+    PMPI_Type_get_true_extent_x(type, &true_lb, &true_extent);
+  }
   out.lo = const_cast<std::byte*>(static_cast<const std::byte*>(buf)) + true_lb;
   out.span = static_cast<std::size_t>((count - 1) * extent + true_extent);
   out.bytes = static_cast<std::size_t>(count) * static_cast<std::size_t>(size);
@@ -216,7 +219,36 @@ int describe(context& c, MPI_Comm comm, const void* buf, int count, MPI_Datatype
 void set_received_bytes(MPI_Status* status, MPI_Count bytes) {
   // Open MPI keeps a status's count in bytes: counts and elements for any datatype follow from
   // it exactly as for the data message itself (test/mpi_ext checks derived types).
+#if defined(OPEN_MPI) && OPEN_MPI
+  status->_ucount = static_cast<std::size_t>(bytes);
+#else
   PMPI_Status_set_elements_x(status, MPI_BYTE, bytes);
+#endif
+}
+
+int named_size(MPI_Datatype type) {
+  struct named {
+    MPI_Datatype type;
+    int size;
+  };
+  // The common first: a linear search stops early for the types most messages use.
+  static const std::vector<named> table = [] {
+    const MPI_Datatype types[] = {MPI_BYTE, MPI_INT, MPI_DOUBLE, MPI_CHAR, MPI_LONG, MPI_LONG_LONG, MPI_FLOAT,
+                                  MPI_UNSIGNED, MPI_UNSIGNED_LONG, MPI_UNSIGNED_LONG_LONG, MPI_UINT64_T, MPI_INT64_T,
+                                  MPI_UINT32_T, MPI_INT32_T, MPI_UNSIGNED_CHAR, MPI_SIGNED_CHAR, MPI_SHORT,
+                                  MPI_UNSIGNED_SHORT, MPI_UINT8_T, MPI_INT8_T, MPI_UINT16_T, MPI_INT16_T,
+                                  MPI_LONG_DOUBLE, MPI_C_BOOL, MPI_AINT};
+    std::vector<named> t;
+    for (MPI_Datatype d : types) {
+      int size = 0;
+      PMPI_Type_size(d, &size);
+      t.push_back(named{d, size});
+    }
+    return t;
+  }();
+  for (const named& n : table)
+    if (n.type == type) return n.size;
+  return 0;
 }
 
 // ---- sending -------------------------------------------------------------------------------
@@ -247,9 +279,7 @@ int send(context& c, send_op& op, const void* buf, int count, MPI_Datatype type,
   static constexpr const char* k_call = "MDSM_Send";
   if (!valid_annotation(a))
     return raise(comm, errc::annotation, detail::cat(k_call, ": annotation ", static_cast<int>(a), " is not valid"));
-  int comm_size = 0;
-  PMPI_Comm_size(comm, &comm_size);
-  const bool real_dest = dest != MPI_PROC_NULL && dest >= 0 && dest < comm_size;
+  const bool real_dest = dest != MPI_PROC_NULL && dest >= 0 && dest < c.cs->size;
   buffer b;
   if (real_dest)
     if (const int rc = describe(c, comm, buf, count, type, false, b, k_call); rc != MPI_SUCCESS) return rc;
@@ -352,6 +382,19 @@ namespace mdsm::mpi_ext {
 
 namespace {
 
+// A received message is an MDSM message: raises the error if not.
+int check_header(const header& h, int bytes, MPI_Comm comm, const MPI_Status& st) {
+  if (bytes < k_header)
+    return raise(comm, errc::not_mdsm,
+                 detail::cat("MDSM_Recv: the message from rank ", st.MPI_SOURCE, " (tag ", st.MPI_TAG, ") has ", bytes,
+                             " bytes, fewer than an MDSM header: it was not sent by an MDSM_ call"));
+  if (h.magic != k_magic || h.annot > MDSM_RELEASE_NT)
+    return raise(comm, errc::not_mdsm,
+                 detail::cat("MDSM_Recv: the message from rank ", st.MPI_SOURCE, " (tag ", st.MPI_TAG,
+                             ") has no MDSM header: it was not sent by an MDSM_ call"));
+  return MPI_SUCCESS;
+}
+
 bool truncated(int rc) {
   int cls = rc;
   if (rc != MPI_SUCCESS) PMPI_Error_class(rc, &cls);
@@ -360,26 +403,22 @@ bool truncated(int rc) {
 
 // The data message has arrived: check the header, copy the data out, start the side channel.
 void data_arrived(recv_op& op, bool block) {
-  int bytes = 0;
-  PMPI_Get_count(&op.status, MPI_BYTE, &bytes);
-  if (bytes == MPI_UNDEFINED || bytes < k_header) {
-    op.rc = raise(op.comm, errc::not_mdsm,
-                  detail::cat("MDSM_Recv: the message from rank ", op.status.MPI_SOURCE, " (tag ", op.status.MPI_TAG,
-                              ") has ", bytes, " bytes, fewer than an MDSM header: it was not sent by an MDSM_ call"));
-    op.at = recv_op::stage::done;
-    return;
-  }
-  if (!op.packed.empty()) std::memcpy(&op.h, op.packed.data(), sizeof(header));
-  if (op.h.magic != k_magic || op.h.annot > MDSM_RELEASE_NT) {
-    op.rc = raise(op.comm, errc::not_mdsm,
-                  detail::cat("MDSM_Recv: the message from rank ", op.status.MPI_SOURCE, " (tag ", op.status.MPI_TAG,
-                              ") has no MDSM header: it was not sent by an MDSM_ call"));
+  const int bytes = static_cast<int>(net::received_bytes(op.status));
+  if (bytes >= k_header && !op.packed.empty()) std::memcpy(&op.h, op.packed.data(), sizeof(header));
+  if (const int rc = check_header(op.h, bytes, op.comm, op.status); rc != MPI_SUCCESS) {
+    op.rc = rc;
     op.at = recv_op::stage::done;
     return;
   }
   const std::size_t data = static_cast<std::size_t>(bytes - k_header);
   if (!op.packed.empty() && data != 0) std::memcpy(op.b.lo, op.packed.data() + sizeof(header), data);
   set_received_bytes(&op.status, static_cast<MPI_Count>(data));
+  start_side_channel(op, block);
+}
+
+}  // namespace
+
+void start_side_channel(recv_op& op, bool block) {
   if (op.h.cinfo_len == 0) {
     op.at = recv_op::stage::done;
     return;
@@ -404,6 +443,8 @@ void data_arrived(recv_op& op, bool block) {
   }
   op.at = recv_op::stage::cinfo;
 }
+
+namespace {
 
 // The consistency information has arrived: learn it, and start the acquire of a RELEASE.
 void cinfo_arrived(recv_op& op) {
@@ -501,6 +542,90 @@ using namespace mdsm::mpi_ext;
 
 namespace {
 
+// A per-thread buffer that only grows.
+struct scratch_buffer {
+  std::unique_ptr<std::byte[]> p;
+  std::size_t capacity = 0;
+  std::byte* get(std::size_t n) {
+    if (n > capacity) {
+      p = std::make_unique<std::byte[]>(n);
+      capacity = n;
+    }
+    return p.get();
+  }
+};
+thread_local scratch_buffer t_send_buf, t_recv_buf;
+
+// The common case, in few instructions: a predefined datatype, data small enough to copy, the
+// buffer outside the coherent region, mdsm up and not in a handler. nullptr: take the general
+// path (which also reports whatever is wrong).
+mdsm::detail::runtime* fast_eligible(const void* buf, int count, MPI_Datatype type, std::size_t& bytes) {
+  const int size = named_size(type);
+  if (size == 0 || count < 0 || mdsm::net::current_handler() != nullptr) return nullptr;
+  bytes = static_cast<std::size_t>(count) * static_cast<std::size_t>(size);
+  if (bytes > copy_max()) return nullptr;
+  mdsm::detail::runtime* rt = nullptr;
+  try {
+    rt = &mdsm::detail::rt();
+  } catch (const mdsm::error&) {  // not initialized, or a handler's error to report
+    return nullptr;
+  }
+  const auto& region = rt->engine->region();
+  const std::byte* lo = static_cast<const std::byte*>(buf);
+  if (bytes != 0 && (region.contains(lo) || region.contains(lo + bytes - 1) ||
+                     (lo < region.app_base() && lo + bytes > region.app_base())))
+    return nullptr;
+  return rt;
+}
+
+// NONE: header and data in one buffer, one MPI call. -1: take the general path.
+int fast_send_none(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm, bool sync) {
+  std::size_t bytes = 0;
+  if (fast_eligible(buf, count, type, bytes) == nullptr) return -1;
+  std::byte* out = t_send_buf.get(sizeof(header) + bytes);
+  const header h{};
+  std::memcpy(out, &h, sizeof h);
+  if (bytes != 0) std::memcpy(out + sizeof h, buf, bytes);
+  mdsm::stats::add(mdsm::stats::counter::mpi_sends_none);
+  const int n = static_cast<int>(sizeof h + bytes);
+  return sync ? PMPI_Ssend(out, n, MPI_BYTE, dest, tag, comm) : PMPI_Send(out, n, MPI_BYTE, dest, tag, comm);
+}
+
+// Any annotation: receives into this thread's buffer and copies out; the side channel only when
+// the header names one. -1: take the general path.
+int fast_recv(void* buf, int count, MPI_Datatype type, int source, int tag, MPI_Comm comm, MPI_Status* status) {
+  std::size_t bytes = 0;
+  if (fast_eligible(buf, count, type, bytes) == nullptr) return -1;
+  std::byte* in = t_recv_buf.get(sizeof(header) + bytes);
+  MPI_Status st;
+  int rc = PMPI_Recv(in, static_cast<int>(sizeof(header) + bytes), MPI_BYTE, source, tag, comm, &st);
+  if (rc != MPI_SUCCESS && !truncated(rc)) {
+    if (status != MPI_STATUS_IGNORE) *status = st;
+    return rc;
+  }
+  const int got = static_cast<int>(mdsm::net::received_bytes(st));
+  header h;
+  if (got >= k_header) std::memcpy(&h, in, sizeof h);
+  if (got < k_header || h.magic != k_magic || h.annot > MDSM_RELEASE_NT) [[unlikely]]
+    return check_header(h, got, comm, st);
+  const std::size_t data = static_cast<std::size_t>(got - k_header);
+  if (data != 0) std::memcpy(buf, in + sizeof h, data);
+  set_received_bytes(&st, static_cast<MPI_Count>(data));
+  if (h.cinfo_len != 0) {
+    recv_op op;
+    op.c = enter(comm, "MDSM_Recv");
+    if (op.c.rc != MPI_SUCCESS) return op.c.rc;
+    op.h = h;
+    op.status = st;
+    op.comm = comm;
+    start_side_channel(op, true);
+    advance(op, true);
+    if (rc == MPI_SUCCESS) rc = op.rc;
+  }
+  if (status != MPI_STATUS_IGNORE) *status = st;
+  return rc;
+}
+
 int do_send(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm, mdsm_annotation a,
             send_mode mode, const char* call) {
   context c = enter(comm, call);
@@ -532,16 +657,21 @@ extern "C" {
 
 int MDSM_Send(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm, mdsm_annotation a) {
   if (dest == MPI_PROC_NULL) return PMPI_Send(buf, count, type, dest, tag, comm);
+  if (a == MDSM_NONE)
+    if (const int rc = fast_send_none(buf, count, type, dest, tag, comm, false); rc != -1) return rc;
   return do_send(buf, count, type, dest, tag, comm, a, send_mode::standard, "MDSM_Send");
 }
 
 int MDSM_Ssend(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm, mdsm_annotation a) {
   if (dest == MPI_PROC_NULL) return PMPI_Ssend(buf, count, type, dest, tag, comm);
+  if (a == MDSM_NONE)
+    if (const int rc = fast_send_none(buf, count, type, dest, tag, comm, true); rc != -1) return rc;
   return do_send(buf, count, type, dest, tag, comm, a, send_mode::synchronous, "MDSM_Ssend");
 }
 
 int MDSM_Recv(void* buf, int count, MPI_Datatype type, int source, int tag, MPI_Comm comm, MPI_Status* status) {
   if (source == MPI_PROC_NULL) return PMPI_Recv(buf, count, type, source, tag, comm, status);
+  if (const int rc = fast_recv(buf, count, type, source, tag, comm, status); rc != -1) return rc;
   if (mdsm::net::current_handler() != nullptr)
     return raise(comm, errc::not_initialized, "MDSM_Recv: called from a message handler (it blocks)");
   recv_op op;

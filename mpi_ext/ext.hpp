@@ -43,6 +43,7 @@ struct comm_state {
   bool identity = false;     // comm rank r is mdsm rank r
   std::vector<int> to_mdsm;  // otherwise: comm rank -> mdsm rank (-1: not an mdsm rank)
   bool congruent = false;    // the same group, in the same order, as mdsm's communicator
+  int size = 0;              // of the communicator
   MPI_Comm coll = MPI_COMM_NULL;  // collectives' own duplicate, made by the first collective
   std::uint64_t session = 0;  // the mdsm session whose ranks to_mdsm translates to
   int mdsm_rank(int r) const { return identity ? r : to_mdsm[static_cast<std::size_t>(r)]; }
@@ -125,10 +126,17 @@ struct recv_op {
 };
 // Posts the receive (blocking: completes it). Returns an MPI error code.
 int post_recv(recv_op& op, bool block);
+// The data message has arrived (op.h, op.status set): receives the consistency information
+// from the side channel, if the header names any (blocking, or posted).
+void start_side_channel(recv_op& op, bool block);
 // post_recv and advance to the end, on the calling thread.
 void recv_blocking(recv_op& op);
 // Moves the receive on; with `block` to the end. True once done (op.rc tells how it ended).
 bool advance(recv_op& op, bool block);
+
+// The size of a predefined datatype most messages use (contiguous, lower bound 0, extent =
+// size), found without asking MPI; 0 for any other datatype.
+int named_size(MPI_Datatype type);
 
 // Sets what MPI_Get_count / MPI_Get_elements report for `status`: `bytes` of user data.
 void set_received_bytes(MPI_Status* status, MPI_Count bytes);

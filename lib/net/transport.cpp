@@ -38,17 +38,6 @@ inline void check_mpi(int rc, const char* what) {
     std::fprintf(stderr, "mdsm: rank %d dropped a malformed frame from rank %d: %s\n", rank, source, why);
 }
 
-// The bytes a completed receive holds. Open MPI keeps them in the status: what MPI_Get_count
-// computes for MPI_BYTE, without the call and the datatype-size division on every frame.
-inline std::size_t received_bytes(const MPI_Status& st) {
-#if defined(OPEN_MPI) && OPEN_MPI
-  return st._ucount;
-#else
-  int count = 0;
-  MPI_Get_count(&st, MPI_BYTE, &count);
-  return static_cast<std::size_t>(count);
-#endif
-}
 
 }  // namespace
 

@@ -37,6 +37,18 @@
 
 namespace mdsm::net {
 
+// The bytes a completed receive holds. Open MPI keeps them in the status: what MPI_Get_count
+// computes for MPI_BYTE, without the call and the datatype-size division on every frame.
+inline std::size_t received_bytes(const MPI_Status& st) {
+#if defined(OPEN_MPI) && OPEN_MPI
+  return st._ucount;
+#else
+  int count = 0;
+  PMPI_Get_count(&st, MPI_BYTE, &count);
+  return static_cast<std::size_t>(count);
+#endif
+}
+
 // Copies n bytes, sizeof(Word) <= n <= 2 * sizeof(Word), as two words that may overlap.
 template <class Word>
 inline void copy_two_words(std::byte* dst, const std::byte* src, std::size_t n) {

@@ -1,6 +1,6 @@
 /* An MPI program written against plain MPI only (no mdsm header): point to point with wildcards,
  * probes, every wait/test form, derived datatypes, truncation under MPI_ERRORS_RETURN,
- * MPI_PROC_NULL and the collectives, each checked for exact values and statuses. It must pass
+ * MPI_PROC_NULL, the collectives and an intercommunicator, each checked for exact values and statuses. It must pass
  * unchanged with and without safe mode (libmdsm_safe preloaded or linked; test/meson.build).
  *
  *   plain_mpi [--expect-safe]     2 or more ranks
@@ -372,6 +372,36 @@ static void collectives(void) {
   CHECK_OK(MPI_Barrier(MPI_COMM_WORLD));
 }
 
+/* An intercommunicator between the even and the odd ranks: point to point, a barrier and a
+ * broadcast from the even group's first rank (safe mode passes all of it to MPI). */
+static void intercommunicator(void) {
+  const int color = g_rank % 2;
+  MPI_Comm half, inter;
+  CHECK_OK(MPI_Comm_split(MPI_COMM_WORLD, color, g_rank, &half));
+  CHECK_OK(MPI_Intercomm_create(half, 0, MPI_COMM_WORLD, color == 0 ? 1 : 0, 77, &inter));
+  int flag = 0, local = -1, remote_size = -1;
+  CHECK_OK(MPI_Comm_test_inter(inter, &flag));
+  CHECK(flag == 1);
+  CHECK_OK(MPI_Comm_rank(inter, &local));
+  CHECK_OK(MPI_Comm_remote_size(inter, &remote_size));
+  if (color == 0 && local < remote_size) {
+    const int v = 1000 + g_rank;
+    CHECK_OK(MPI_Send(&v, 1, MPI_INT, local, 5, inter));
+  } else if (color == 1) {
+    int v = -1;
+    MPI_Status st;
+    CHECK_OK(MPI_Recv(&v, 1, MPI_INT, MPI_ANY_SOURCE, MPI_ANY_TAG, inter, &st));
+    CHECK(v == 1000 + 2 * local && st.MPI_SOURCE == local && st.MPI_TAG == 5);
+  }
+  CHECK_OK(MPI_Barrier(inter));
+  int b = color == 0 && local == 0 ? 4321 : -1;
+  const int root = color == 0 ? (local == 0 ? MPI_ROOT : MPI_PROC_NULL) : 0;
+  CHECK_OK(MPI_Bcast(&b, 1, MPI_INT, root, inter));
+  CHECK(color == 1 ? b == 4321 : (local == 0 ? b == 4321 : b == -1));
+  CHECK_OK(MPI_Comm_free(&inter));
+  CHECK_OK(MPI_Comm_free(&half));
+}
+
 /* Safe mode is underneath: the thread level it asks for, and the mdsm runtime up. */
 static void check_safe_mode(void) {
   int level = -1;
@@ -399,6 +429,7 @@ int main(int argc, char** argv) {
   proc_null();
   sendrecv_and_ssend();
   collectives();
+  intercommunicator();
   CHECK_OK(MPI_Finalize());
   if (g_rank == 0) printf("plain MPI checks passed on %d ranks\n", g_size);
   return 0;

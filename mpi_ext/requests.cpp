@@ -7,6 +7,7 @@
 
 #include "net/context.hpp"
 
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <unordered_map>
@@ -26,6 +27,11 @@ struct request {
   MPI_Status status{};    // reported by query()
   int rc = MPI_SUCCESS;   // how it ended
   bool finished = false;  // MPI_Grequest_complete was called (guarded by mu)
+  // Whether query() puts rc into the status MPI sees. MPI raises a generalized request's error on
+  // MPI_COMM_WORLD (it knows no other communicator), so the MDSM_Wait* / Test* calls clear this
+  // and raise the error on the request's own communicator themselves; a plain MPI_Wait* leaves
+  // it set (the error is then MPI_COMM_WORLD's).
+  std::atomic<bool> report_error{true};
 };
 
 struct registry {
@@ -38,7 +44,7 @@ registry g_requests;
 int query(void* extra, MPI_Status* status) {
   auto* r = static_cast<request*>(extra);
   *status = r->status;
-  status->MPI_ERROR = r->rc;
+  status->MPI_ERROR = r->report_error.load() ? r->rc : MPI_SUCCESS;
   return MPI_SUCCESS;
 }
 
@@ -120,8 +126,45 @@ void advance_all(int count, MPI_Request reqs[], bool block) {
     }
 }
 
-// The error of an MDSM request that ended badly, else rc.
-int outcome(const std::shared_ptr<request>& r, int rc) { return r && r->rc != MPI_SUCCESS ? r->rc : rc; }
+// After MPI reported r complete (its error hidden from MPI): r's error, raised on r's
+// communicator, else rc.
+int outcome(const std::shared_ptr<request>& r, int rc) {
+  if (!r || r->rc == MPI_SUCCESS) return rc;
+  PMPI_Comm_call_errhandler(r->comm, r->rc);
+  return r->rc;
+}
+
+// The MDSM requests among reqs, by index, their errors hidden from MPI (see request::report_error).
+std::vector<std::pair<int, std::shared_ptr<request>>> take_errors(int count, MPI_Request reqs[]) {
+  std::vector<std::pair<int, std::shared_ptr<request>>> out;
+  for (int i = 0; i < count; ++i)
+    if (auto r = find(reqs[i])) {
+      r->report_error.store(false);
+      out.emplace_back(i, std::move(r));
+    }
+  return out;
+}
+
+// After a Waitall / Testall that completed all `count` requests: the MDSM requests' errors go into
+// the statuses (MPI_ERR_IN_STATUS, raised on the first failed request's communicator), else rc.
+int outcome_all(const std::vector<std::pair<int, std::shared_ptr<request>>>& mine, int rc, int count,
+                MPI_Status statuses[]) {
+  const request* failed = nullptr;
+  for (const auto& [i, r] : mine)
+    if (r->rc != MPI_SUCCESS) {
+      failed = r.get();
+      break;
+    }
+  if (failed == nullptr) return rc;
+  if (statuses != MPI_STATUSES_IGNORE) {
+    // Unless MPI reported an error itself, it set no MPI_ERROR field: all the others succeeded.
+    if (rc != MPI_ERR_IN_STATUS)
+      for (int i = 0; i < count; ++i) statuses[i].MPI_ERROR = MPI_SUCCESS;
+    for (const auto& [i, r] : mine) statuses[i].MPI_ERROR = r->rc;
+  }
+  PMPI_Comm_call_errhandler(failed->comm, MPI_ERR_IN_STATUS);
+  return MPI_ERR_IN_STATUS;
+}
 
 }  // namespace
 
@@ -170,6 +213,7 @@ int MDSM_Wait(MPI_Request* request, MPI_Status* status) {
       return raise(r->comm, errc::not_initialized, "MDSM_Wait: called from a message handler (it blocks)");
     std::lock_guard lk(r->mu);
     advance(*r, true);
+    r->report_error.store(false);
   }
   const int rc = PMPI_Wait(request, status);
   return outcome(r, rc);
@@ -180,8 +224,10 @@ int MDSM_Test(MPI_Request* request, int* flag, MPI_Status* status) {
   if (r) {
     std::lock_guard lk(r->mu);
     advance(*r, false);
+    r->report_error.store(false);
   }
   const int rc = PMPI_Test(request, flag, status);
+  if (r && !*flag) r->report_error.store(true);
   return *flag ? outcome(r, rc) : rc;
 }
 
@@ -189,12 +235,20 @@ int MDSM_Waitall(int count, MPI_Request requests[], MPI_Status statuses[]) {
   if (mdsm::net::current_handler() != nullptr)
     return raise(MPI_COMM_WORLD, errc::not_initialized, "MDSM_Waitall: called from a message handler (it blocks)");
   advance_all(count, requests, true);
-  return PMPI_Waitall(count, requests, statuses);
+  const auto mine = take_errors(count, requests);
+  const int rc = PMPI_Waitall(count, requests, statuses);
+  return outcome_all(mine, rc, count, statuses);
 }
 
 int MDSM_Testall(int count, MPI_Request requests[], int* flag, MPI_Status statuses[]) {
   advance_all(count, requests, false);
-  return PMPI_Testall(count, requests, flag, statuses);
+  const auto mine = take_errors(count, requests);
+  const int rc = PMPI_Testall(count, requests, flag, statuses);
+  if (!*flag) {
+    for (const auto& [i, r] : mine) r->report_error.store(true);
+    return rc;
+  }
+  return outcome_all(mine, rc, count, statuses);
 }
 
 int MDSM_Waitany(int count, MPI_Request requests[], int* index, MPI_Status* status) {
@@ -202,9 +256,16 @@ int MDSM_Waitany(int count, MPI_Request requests[], int* index, MPI_Status* stat
     return raise(MPI_COMM_WORLD, errc::not_initialized, "MDSM_Waitany: called from a message handler (it blocks)");
   for (;;) {
     advance_all(count, requests, false);
+    const auto mine = take_errors(count, requests);
     int flag = 0;
     const int rc = PMPI_Testany(count, requests, index, &flag, status);
-    if (rc != MPI_SUCCESS || flag) return rc;
+    std::shared_ptr<request> done;
+    for (const auto& [i, r] : mine) {
+      if (flag && i == *index) done = r;
+      else r->report_error.store(true);
+    }
+    if (flag) return outcome(done, rc);
+    if (rc != MPI_SUCCESS) return rc;
     // Deliver mdsm's own frames meanwhile (an acquire may wait for records).
     mdsm::detail::rt().progress->poll_once();
   }

@@ -473,6 +473,20 @@ void cinfo_arrived(recv_op& op) {
 
 }  // namespace
 
+int prepare_recv(recv_op& op, void* buf, int count, MPI_Datatype type, int source, int tag, MPI_Comm comm,
+                 const char* call) {
+  op.c = enter(comm, call);
+  if (op.c.rc != MPI_SUCCESS) return op.c.rc;
+  op.buf = buf;
+  op.count = count;
+  op.type = type;
+  op.source = source;
+  op.tag = tag;
+  op.comm = comm;
+  if (source == MPI_PROC_NULL) return MPI_SUCCESS;
+  return describe(op.c, comm, buf, count, type, true, op.b, call);
+}
+
 void recv_blocking(recv_op& op) {
   post_recv(op, true);
   advance(op, true);
@@ -634,21 +648,6 @@ int do_send(const void* buf, int count, MPI_Datatype type, int dest, int tag, MP
     return raise(comm, errc::not_initialized, mdsm::detail::cat(call, ": called from a message handler (it blocks)"));
   send_op op;
   return send(c, op, buf, count, type, dest, tag, comm, a, mode);
-}
-
-// Prepares a receive: the context, the buffer made safe. Returns an MPI error code.
-int prepare_recv(recv_op& op, void* buf, int count, MPI_Datatype type, int source, int tag, MPI_Comm comm,
-                 const char* call) {
-  op.c = enter(comm, call);
-  if (op.c.rc != MPI_SUCCESS) return op.c.rc;
-  op.buf = buf;
-  op.count = count;
-  op.type = type;
-  op.source = source;
-  op.tag = tag;
-  op.comm = comm;
-  if (source == MPI_PROC_NULL) return MPI_SUCCESS;
-  return describe(op.c, comm, buf, count, type, true, op.b, call);
 }
 
 }  // namespace

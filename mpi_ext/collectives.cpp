@@ -89,6 +89,27 @@ int comm_size(MPI_Comm comm) {
   return n;
 }
 
+// What the reductions and gathers do before MPI's collective: the consistency barrier, then the
+// buffers made safe (after it: its acquires may take pages away). The receive buffer only where
+// `receives` (the root of a rooted collective); an MPI_IN_PLACE send buffer is skipped.
+int before_collective(MPI_Comm comm, const char* call, const void* sendbuf, int sendcount, MPI_Datatype sendtype,
+                      void* recvbuf, int recvcount, MPI_Datatype recvtype, bool receives) {
+  context c = enter(comm, call);
+  if (c.rc != MPI_SUCCESS) return c.rc;
+  if (const int rc = consistency_barrier(c, comm, call); rc != MPI_SUCCESS) return rc;
+  buffer b;
+  if (sendbuf != MPI_IN_PLACE)
+    if (const int rc = describe(c, comm, sendbuf, sendcount, sendtype, false, b, call); rc != MPI_SUCCESS) return rc;
+  if (receives) return describe(c, comm, recvbuf, recvcount, recvtype, true, b, call);
+  return MPI_SUCCESS;
+}
+
+int rank_in(MPI_Comm comm) {
+  int r = 0;
+  PMPI_Comm_rank(comm, &r);
+  return r;
+}
+
 }  // namespace
 
 }  // namespace mdsm::mpi_ext
@@ -131,60 +152,33 @@ int MDSM_Bcast(void* buf, int count, MPI_Datatype type, int root, MPI_Comm comm)
 
 int MDSM_Reduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype type, MPI_Op op, int root,
                 MPI_Comm comm) {
-  static constexpr const char* k_call = "MDSM_Reduce";
-  context c = enter(comm, k_call);
-  if (c.rc != MPI_SUCCESS) return c.rc;
-  if (const int rc = consistency_barrier(c, comm, k_call); rc != MPI_SUCCESS) return rc;
-  int rank = 0;
-  PMPI_Comm_rank(comm, &rank);
-  buffer b;
-  if (sendbuf != MPI_IN_PLACE)
-    if (const int rc = describe(c, comm, sendbuf, count, type, false, b, k_call); rc != MPI_SUCCESS) return rc;
-  if (rank == root)
-    if (const int rc = describe(c, comm, recvbuf, count, type, true, b, k_call); rc != MPI_SUCCESS) return rc;
+  if (const int rc = before_collective(comm, "MDSM_Reduce", sendbuf, count, type, recvbuf, count, type,
+                                       rank_in(comm) == root);
+      rc != MPI_SUCCESS)
+    return rc;
   return PMPI_Reduce(sendbuf, recvbuf, count, type, op, root, comm);
 }
 
 int MDSM_Allreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype type, MPI_Op op, MPI_Comm comm) {
-  static constexpr const char* k_call = "MDSM_Allreduce";
-  context c = enter(comm, k_call);
-  if (c.rc != MPI_SUCCESS) return c.rc;
-  if (const int rc = consistency_barrier(c, comm, k_call); rc != MPI_SUCCESS) return rc;
-  buffer b;
-  if (sendbuf != MPI_IN_PLACE)
-    if (const int rc = describe(c, comm, sendbuf, count, type, false, b, k_call); rc != MPI_SUCCESS) return rc;
-  if (const int rc = describe(c, comm, recvbuf, count, type, true, b, k_call); rc != MPI_SUCCESS) return rc;
+  if (const int rc = before_collective(comm, "MDSM_Allreduce", sendbuf, count, type, recvbuf, count, type, true);
+      rc != MPI_SUCCESS)
+    return rc;
   return PMPI_Allreduce(sendbuf, recvbuf, count, type, op, comm);
 }
 
 int MDSM_Gather(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf, int recvcount,
                 MPI_Datatype recvtype, int root, MPI_Comm comm) {
-  static constexpr const char* k_call = "MDSM_Gather";
-  context c = enter(comm, k_call);
-  if (c.rc != MPI_SUCCESS) return c.rc;
-  if (const int rc = consistency_barrier(c, comm, k_call); rc != MPI_SUCCESS) return rc;
-  int rank = 0;
-  PMPI_Comm_rank(comm, &rank);
-  buffer b;
-  if (sendbuf != MPI_IN_PLACE)
-    if (const int rc = describe(c, comm, sendbuf, sendcount, sendtype, false, b, k_call); rc != MPI_SUCCESS) return rc;
-  if (rank == root)
-    if (const int rc = describe(c, comm, recvbuf, recvcount * comm_size(comm), recvtype, true, b, k_call);
-        rc != MPI_SUCCESS)
-      return rc;
+  if (const int rc = before_collective(comm, "MDSM_Gather", sendbuf, sendcount, sendtype, recvbuf,
+                                       recvcount * comm_size(comm), recvtype, rank_in(comm) == root);
+      rc != MPI_SUCCESS)
+    return rc;
   return PMPI_Gather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm);
 }
 
 int MDSM_Allgather(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf, int recvcount,
                    MPI_Datatype recvtype, MPI_Comm comm) {
-  static constexpr const char* k_call = "MDSM_Allgather";
-  context c = enter(comm, k_call);
-  if (c.rc != MPI_SUCCESS) return c.rc;
-  if (const int rc = consistency_barrier(c, comm, k_call); rc != MPI_SUCCESS) return rc;
-  buffer b;
-  if (sendbuf != MPI_IN_PLACE)
-    if (const int rc = describe(c, comm, sendbuf, sendcount, sendtype, false, b, k_call); rc != MPI_SUCCESS) return rc;
-  if (const int rc = describe(c, comm, recvbuf, recvcount * comm_size(comm), recvtype, true, b, k_call);
+  if (const int rc = before_collective(comm, "MDSM_Allgather", sendbuf, sendcount, sendtype, recvbuf,
+                                       recvcount * comm_size(comm), recvtype, true);
       rc != MPI_SUCCESS)
     return rc;
   return PMPI_Allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);

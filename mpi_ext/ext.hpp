@@ -124,6 +124,9 @@ struct recv_op {
   recv_op& operator=(const recv_op&) = delete;
   ~recv_op();
 };
+// Fills in a receive and makes its buffer safe (op.c from enter()). Returns an MPI error code.
+int prepare_recv(recv_op& op, void* buf, int count, MPI_Datatype type, int source, int tag, MPI_Comm comm,
+                 const char* call);
 // Posts the receive (blocking: completes it). Returns an MPI error code.
 int post_recv(recv_op& op, bool block);
 // The data message has arrived (op.h, op.status set): receives the consistency information

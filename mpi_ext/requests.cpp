@@ -192,16 +192,8 @@ int MDSM_Irecv(void* buf, int count, MPI_Datatype type, int source, int tag, MPI
   if (source == MPI_PROC_NULL) return PMPI_Irecv(buf, count, type, source, tag, comm, request);
   auto r = std::make_shared<mdsm::mpi_ext::request>();
   recv_op& op = r->recv;
-  op.c = enter(comm, "MDSM_Irecv");
-  if (op.c.rc != MPI_SUCCESS) return op.c.rc;
-  op.buf = buf;
-  op.count = count;
-  op.type = type;
-  op.source = source;
-  op.tag = tag;
-  op.comm = comm;
   r->comm = comm;
-  if (const int rc = describe(op.c, comm, buf, count, type, true, op.b, "MDSM_Irecv"); rc != MPI_SUCCESS) return rc;
+  if (const int rc = prepare_recv(op, buf, count, type, source, tag, comm, "MDSM_Irecv"); rc != MPI_SUCCESS) return rc;
   if (const int rc = post_recv(op, false); rc != MPI_SUCCESS) return rc;
   return start(op.c, r, request);
 }

@@ -297,16 +297,22 @@ int send(context& c, send_op& op, const void* buf, int count, MPI_Datatype type,
     } catch (const error& e) {
       return raise(comm, errc::not_initialized, e.what());
     }
-    op.cinfo.assign(w.bytes().begin(), w.bytes().end());
-    op.h.cinfo_len = static_cast<std::uint32_t>(op.cinfo.size());
-    op.h.cinfo_tag = static_cast<std::uint32_t>(side_tag());
-    stats::add(stats::counter::mpi_cinfo_bytes_sent, op.cinfo.size());
-    // MPI_ERRORS_RETURN on the side channel: a failure is reported on the user's communicator.
-    if (const int rc = PMPI_Isend(op.cinfo.data(), static_cast<int>(op.cinfo.size()), MPI_BYTE, peer,
-                                  static_cast<int>(op.h.cinfo_tag), c.rt->mpi_ext_comm, &op.req[1]);
-        rc != MPI_SUCCESS) {
-      PMPI_Comm_call_errhandler(comm, rc);
-      return rc;
+    op.h.cinfo_len = static_cast<std::uint32_t>(w.size());
+    stats::add(stats::counter::mpi_cinfo_bytes_sent, w.size());
+    if (w.size() <= k_inline_cinfo) {
+      op.h.inline_cinfo = 1;
+      std::memcpy(op.h.cinfo, w.bytes().data(), w.size());
+    } else {
+      op.cinfo.assign(w.bytes().begin(), w.bytes().end());
+      op.h.cinfo_tag = static_cast<std::uint32_t>(side_tag());
+      stats::add(stats::counter::mpi_side_messages);
+      // MPI_ERRORS_RETURN on the side channel: a failure is reported on the user's communicator.
+      if (const int rc = PMPI_Isend(op.cinfo.data(), static_cast<int>(op.cinfo.size()), MPI_BYTE, peer,
+                                    static_cast<int>(op.h.cinfo_tag), c.rt->mpi_ext_comm, &op.req[1]);
+          rc != MPI_SUCCESS) {
+        PMPI_Comm_call_errhandler(comm, rc);
+        return rc;
+      }
     }
   }
   int rc;
@@ -388,7 +394,7 @@ int check_header(const header& h, int bytes, MPI_Comm comm, const MPI_Status& st
     return raise(comm, errc::not_mdsm,
                  detail::cat("MDSM_Recv: the message from rank ", st.MPI_SOURCE, " (tag ", st.MPI_TAG, ") has ", bytes,
                              " bytes, fewer than an MDSM header: it was not sent by an MDSM_ call"));
-  if (h.magic != k_magic || h.annot > MDSM_RELEASE_NT)
+  if (h.magic != k_magic || h.annot > MDSM_RELEASE_NT || (h.inline_cinfo && h.cinfo_len > k_inline_cinfo))
     return raise(comm, errc::not_mdsm,
                  detail::cat("MDSM_Recv: the message from rank ", st.MPI_SOURCE, " (tag ", st.MPI_TAG,
                              ") has no MDSM header: it was not sent by an MDSM_ call"));
@@ -427,6 +433,11 @@ void start_side_channel(recv_op& op, bool block) {
   if (peer < 0) {
     op.rc = raise(op.comm, errc::rank, detail::cat("MDSM_Recv: rank ", op.status.MPI_SOURCE, " is not in mdsm's job"));
     op.at = recv_op::stage::done;
+    return;
+  }
+  if (op.h.inline_cinfo) {  // in the header: nothing more to receive
+    op.cinfo.assign(op.h.cinfo, op.h.cinfo + op.h.cinfo_len);
+    op.at = recv_op::stage::cinfo;
     return;
   }
   op.cinfo.resize(op.h.cinfo_len);
@@ -620,7 +631,8 @@ int fast_recv(void* buf, int count, MPI_Datatype type, int source, int tag, MPI_
   const int got = static_cast<int>(mdsm::net::received_bytes(st));
   header h;
   if (got >= k_header) std::memcpy(&h, in, sizeof h);
-  if (got < k_header || h.magic != k_magic || h.annot > MDSM_RELEASE_NT) [[unlikely]]
+  if (got < k_header || h.magic != k_magic || h.annot > MDSM_RELEASE_NT ||
+      (h.inline_cinfo && h.cinfo_len > k_inline_cinfo)) [[unlikely]]
     return check_header(h, got, comm, st);
   const std::size_t data = static_cast<std::size_t>(got - k_header);
   if (data != 0) std::memcpy(buf, in + sizeof h, data);

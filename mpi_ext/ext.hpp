@@ -1,11 +1,12 @@
 // mpi_ext internals shared by the point-to-point calls (annotated.cpp) and the collectives
 // (collectives.cpp). The wire format and the protocol are described in docs/MPI.md.
 //
-// An MDSM message is one MPI message on the user's communicator: a 16-byte header, then the
+// An MDSM message is one MPI message on the user's communicator: a 64-byte header, then the
 // user's data, so that matching, wildcards, ordering and truncation are MPI's own. The
-// consistency information of a REQUEST or RELEASE travels as a second message on mdsm's side
-// channel (runtime::mpi_ext_comm, ranks are mdsm ranks), sent first, under a tag unique to the
-// sender that the header names; the receiver takes it after the data message has matched.
+// consistency information of a REQUEST or RELEASE rides in the header when it fits (48 bytes);
+// otherwise it travels as a second message on mdsm's side channel (runtime::mpi_ext_comm, ranks
+// are mdsm ranks), sent first, under a tag unique to the sender that the header names; the
+// receiver takes it after the data message has matched.
 //
 // All MPI calls here use the PMPI_ names: libmdsm_safe replaces the MPI_ ones with these calls.
 #pragma once
@@ -22,14 +23,21 @@ namespace mdsm::mpi_ext {
 
 inline constexpr std::uint32_t k_magic = 0x4d44534du;  // "MDSM"
 
+// Consistency information up to this size rides in the header itself: a RELEASE or REQUEST that
+// carries no new intervals (or a few notices) costs one MPI message, not two. The header is one
+// cache line either way, so NONE messages pay 64 bytes where MPI's own header is about as large.
+inline constexpr std::size_t k_inline_cinfo = 48;
+
 struct header {
   std::uint32_t magic = k_magic;
   std::uint8_t annot = 0;
-  std::uint8_t reserved[3] = {};
-  std::uint32_t cinfo_len = 0;  // bytes of consistency information on the side channel; 0: none
-  std::uint32_t cinfo_tag = 0;  // its tag there
+  std::uint8_t inline_cinfo = 0;  // 1: the consistency information is `cinfo` below
+  std::uint8_t reserved[2] = {};
+  std::uint32_t cinfo_len = 0;  // bytes of consistency information; 0: none
+  std::uint32_t cinfo_tag = 0;  // its tag on the side channel, when not inline
+  std::byte cinfo[k_inline_cinfo] = {};
 };
-static_assert(sizeof(header) == 16);
+static_assert(sizeof(header) == 64);
 inline constexpr int k_header = static_cast<int>(sizeof(header));
 
 // Up to this many bytes of contiguous user data are copied behind the header into one buffer

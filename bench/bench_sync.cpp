@@ -1,6 +1,7 @@
 // Coordination latency, mdsm next to MPI on the same transport, in one run:
 //   lock acquire+release, uncontended (one rank locks repeatedly) and contended (every rank
-//   hammers one lock), for an mdsm::mutex, MPI_Win_lock(MPI_LOCK_EXCLUSIVE) and an MCS queue
+//   hammers one lock), for an mdsm::mutex, an mdsm::mutex_handle (made by one rank, same
+//   protocol: should cost the same), MPI_Win_lock(MPI_LOCK_EXCLUSIVE) and an MCS queue
 //   lock on MPI_Fetch_and_op/MPI_Compare_and_swap; barrier: mdsm::barrier vs MPI_Barrier.
 // In "lock+counter" each critical section increments a shared counter (coherent memory for
 // mdsm, the window for MPI), checked at the end: for mdsm that includes the page faults and the
@@ -105,10 +106,32 @@ void check(bool ok, benchmark::State& state) {
   if (!all) state.SkipWithError("wrong counter value");
 }
 
-void mdsm_lock(benchmark::State& state, bool contended) {
-  mdsm::mutex m(target());
-  static long* counter = nullptr;
-  if (counter == nullptr) counter = mdsm::alloc_collective_array<long>(1);
+// A mutex handle made by the target rank alone (so managed there, as mdsm::mutex m(target())),
+// handed to the others as a plain value.
+mdsm::mutex_handle shared_handle() {
+  mdsm::mutex_handle h;
+  if (g_rank == target()) h = mdsm::mutex_handle::create();
+  MPI_Bcast(&h, sizeof h, MPI_BYTE, target(), g_comm);
+  return h;
+}
+
+// Destroys it once every rank is done with it (the token is idle wherever it is cached).
+void destroy_handle(mdsm::mutex_handle h) {
+  mdsm::barrier b;
+  b.arrive_and_wait();
+  if (g_rank == 0) h.destroy();
+  b.arrive_and_wait();
+}
+
+// The counter every mdsm variant increments (allocated once, collectively).
+long* mdsm_counter() {
+  static long* counter = mdsm::alloc_collective_array<long>(1);
+  return counter;
+}
+
+template <class Lock>
+void mdsm_lock_with(benchmark::State& state, bool contended, Lock& m) {
+  long* counter = mdsm_counter();
   mdsm::barrier b;
   if (g_rank == target()) *counter = 0;
   b.arrive_and_wait();
@@ -124,6 +147,17 @@ void mdsm_lock(benchmark::State& state, bool contended) {
   b.arrive_and_wait();
   check(*counter == rounds * (contended ? g_size : 1), state);
   b.arrive_and_wait();
+}
+
+void mdsm_lock(benchmark::State& state, bool contended) {
+  mdsm::mutex m(target());
+  mdsm_lock_with(state, contended, m);
+}
+
+void mdsm_lock_handle(benchmark::State& state, bool contended) {
+  mdsm::mutex_handle m = shared_handle();
+  mdsm_lock_with(state, contended, m);
+  destroy_handle(m);
 }
 
 void mpi_win_lock(benchmark::State& state, bool contended) {
@@ -188,6 +222,15 @@ void mdsm_lock_only(benchmark::State& state) {
   b.arrive_and_wait();
 }
 
+void mdsm_lock_handle_only(benchmark::State& state) {
+  const mdsm::mutex_handle m = shared_handle();
+  for (auto _ : state) {
+    m.lock();
+    m.unlock();
+  }
+  destroy_handle(m);
+}
+
 void mpi_win_lock_only(benchmark::State& state) {
   mpi_counter c;
   for (auto _ : state) {
@@ -222,12 +265,14 @@ void register_all() {
     register_interleaved(std::string("lock+counter/") + (contended ? "contended" : "uncontended"),
                          {{"MPI_Win_lock_exclusive", [=](benchmark::State& s) { mpi_win_lock(s, contended); }},
                           {"MPI_RMA_MCS", [=](benchmark::State& s) { mpi_mcs_lock(s, contended); }},
-                          {"mdsm_mutex", [=](benchmark::State& s) { mdsm_lock(s, contended); }}},
+                          {"mdsm_mutex", [=](benchmark::State& s) { mdsm_lock(s, contended); }},
+                          {"mdsm_mutex_handle", [=](benchmark::State& s) { mdsm_lock_handle(s, contended); }}},
                          opt);
   }
   register_interleaved("lock_only/contended", {{"MPI_Win_lock_exclusive", mpi_win_lock_only},
                                                {"MPI_RMA_MCS", mpi_mcs_lock_only},
-                                               {"mdsm_mutex", mdsm_lock_only}},
+                                               {"mdsm_mutex", mdsm_lock_only},
+                                               {"mdsm_mutex_handle", mdsm_lock_handle_only}},
                        opt);
   register_interleaved("barrier", {{"MPI_Barrier", mpi_barrier}, {"mdsm_barrier", mdsm_barrier}}, opt);
 }

@@ -90,6 +90,17 @@ services::services(MPI_Comm comm) {
 }
 
 services::~services() {
+  // Handles still alive at finalize (pthreads-style programs seldom destroy their locks): what
+  // they store (unclaimed permits, a returned loan) is given up quietly, as a destroy would.
+  // A collective object left undestroyed still reports its stored messages.
+  std::vector<stored_message> left;
+  for (auto& [id, o] : table_) {
+    if (!is_handle_id(id)) continue;
+    std::lock_guard lk(o->mu);
+    o->drain(left);
+  }
+  for (auto& m : left)
+    if (m && !m.disposed()) m.discard();
   if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
 }
 

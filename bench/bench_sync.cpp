@@ -2,7 +2,8 @@
 //   lock acquire+release, uncontended (one rank locks repeatedly) and contended (every rank
 //   hammers one lock), for an mdsm::mutex, an mdsm::mutex_handle (made by one rank, same
 //   protocol: should cost the same), MPI_Win_lock(MPI_LOCK_EXCLUSIVE) and an MCS queue
-//   lock on MPI_Fetch_and_op/MPI_Compare_and_swap; barrier: mdsm::barrier vs MPI_Barrier.
+//   lock on MPI_Fetch_and_op/MPI_Compare_and_swap; barrier: mdsm::barrier and
+//   mdsm::barrier_handle vs MPI_Barrier.
 // In "lock+counter" each critical section increments a shared counter (coherent memory for
 // mdsm, the window for MPI), checked at the end: for mdsm that includes the page faults and the
 // diff that move the counter between ranks. "lock_only" is the lock handoff alone.
@@ -254,6 +255,17 @@ void mdsm_barrier(benchmark::State& state) {
   for (auto _ : state) b.arrive_and_wait();
 }
 
+// Made by rank 0 alone for every rank (rank 0 is also the collective barrier's manager).
+void mdsm_barrier_handle(benchmark::State& state) {
+  mdsm::barrier_handle b;
+  if (g_rank == 0) b = mdsm::barrier_handle::create(g_size);
+  MPI_Bcast(&b, sizeof b, MPI_BYTE, 0, g_comm);
+  for (auto _ : state) b.arrive_and_wait();
+  b.arrive_and_wait();  // every rank is out of the timed ones before rank 0 destroys it
+  if (g_rank == 0) b.destroy();
+  MPI_Barrier(g_comm);
+}
+
 void mpi_barrier(benchmark::State& state) {
   for (auto _ : state) MPI_Barrier(g_comm);
 }
@@ -274,7 +286,11 @@ void register_all() {
                                                {"mdsm_mutex", mdsm_lock_only},
                                                {"mdsm_mutex_handle", mdsm_lock_handle_only}},
                        opt);
-  register_interleaved("barrier", {{"MPI_Barrier", mpi_barrier}, {"mdsm_barrier", mdsm_barrier}}, opt);
+  register_interleaved("barrier",
+                       {{"MPI_Barrier", mpi_barrier},
+                        {"mdsm_barrier", mdsm_barrier},
+                        {"mdsm_barrier_handle", mdsm_barrier_handle}},
+                       opt);
 }
 
 }  // namespace

@@ -1,7 +1,9 @@
 // Coordination latency, mdsm next to MPI on the same transport, in one run:
 //   lock acquire+release, uncontended (one rank locks repeatedly) and contended (every rank
-//   hammers one lock), for an mdsm::mutex, MPI_Win_lock(MPI_LOCK_EXCLUSIVE) and an MCS queue
-//   lock on MPI_Fetch_and_op/MPI_Compare_and_swap; barrier: mdsm::barrier vs MPI_Barrier.
+//   hammers one lock), for an mdsm::mutex, an mdsm::mutex_handle (made by one rank, same
+//   protocol: should cost the same), MPI_Win_lock(MPI_LOCK_EXCLUSIVE) and an MCS queue
+//   lock on MPI_Fetch_and_op/MPI_Compare_and_swap; barrier: mdsm::barrier and
+//   mdsm::barrier_handle vs MPI_Barrier.
 // In "lock+counter" each critical section increments a shared counter (coherent memory for
 // mdsm, the window for MPI), checked at the end: for mdsm that includes the page faults and the
 // diff that move the counter between ranks. "lock_only" is the lock handoff alone.
@@ -105,10 +107,32 @@ void check(bool ok, benchmark::State& state) {
   if (!all) state.SkipWithError("wrong counter value");
 }
 
-void mdsm_lock(benchmark::State& state, bool contended) {
-  mdsm::mutex m(target());
-  static long* counter = nullptr;
-  if (counter == nullptr) counter = mdsm::alloc_collective_array<long>(1);
+// A mutex handle made by the target rank alone (so managed there, as mdsm::mutex m(target())),
+// handed to the others as a plain value.
+mdsm::mutex_handle shared_handle() {
+  mdsm::mutex_handle h;
+  if (g_rank == target()) h = mdsm::mutex_handle::create();
+  MPI_Bcast(&h, sizeof h, MPI_BYTE, target(), g_comm);
+  return h;
+}
+
+// Destroys it once every rank is done with it (the token is idle wherever it is cached).
+void destroy_handle(mdsm::mutex_handle h) {
+  mdsm::barrier b;
+  b.arrive_and_wait();
+  if (g_rank == 0) h.destroy();
+  b.arrive_and_wait();
+}
+
+// The counter every mdsm variant increments (allocated once, collectively).
+long* mdsm_counter() {
+  static long* counter = mdsm::alloc_collective_array<long>(1);
+  return counter;
+}
+
+template <class Lock>
+void mdsm_lock_with(benchmark::State& state, bool contended, Lock& m) {
+  long* counter = mdsm_counter();
   mdsm::barrier b;
   if (g_rank == target()) *counter = 0;
   b.arrive_and_wait();
@@ -124,6 +148,17 @@ void mdsm_lock(benchmark::State& state, bool contended) {
   b.arrive_and_wait();
   check(*counter == rounds * (contended ? g_size : 1), state);
   b.arrive_and_wait();
+}
+
+void mdsm_lock(benchmark::State& state, bool contended) {
+  mdsm::mutex m(target());
+  mdsm_lock_with(state, contended, m);
+}
+
+void mdsm_lock_handle(benchmark::State& state, bool contended) {
+  mdsm::mutex_handle m = shared_handle();
+  mdsm_lock_with(state, contended, m);
+  destroy_handle(m);
 }
 
 void mpi_win_lock(benchmark::State& state, bool contended) {
@@ -188,6 +223,15 @@ void mdsm_lock_only(benchmark::State& state) {
   b.arrive_and_wait();
 }
 
+void mdsm_lock_handle_only(benchmark::State& state) {
+  const mdsm::mutex_handle m = shared_handle();
+  for (auto _ : state) {
+    m.lock();
+    m.unlock();
+  }
+  destroy_handle(m);
+}
+
 void mpi_win_lock_only(benchmark::State& state) {
   mpi_counter c;
   for (auto _ : state) {
@@ -211,6 +255,17 @@ void mdsm_barrier(benchmark::State& state) {
   for (auto _ : state) b.arrive_and_wait();
 }
 
+// Made by rank 0 alone for every rank (rank 0 is also the collective barrier's manager).
+void mdsm_barrier_handle(benchmark::State& state) {
+  mdsm::barrier_handle b;
+  if (g_rank == 0) b = mdsm::barrier_handle::create(g_size);
+  MPI_Bcast(&b, sizeof b, MPI_BYTE, 0, g_comm);
+  for (auto _ : state) b.arrive_and_wait();
+  b.arrive_and_wait();  // every rank is out of the timed ones before rank 0 destroys it
+  if (g_rank == 0) b.destroy();
+  MPI_Barrier(g_comm);
+}
+
 void mpi_barrier(benchmark::State& state) {
   for (auto _ : state) MPI_Barrier(g_comm);
 }
@@ -222,14 +277,20 @@ void register_all() {
     register_interleaved(std::string("lock+counter/") + (contended ? "contended" : "uncontended"),
                          {{"MPI_Win_lock_exclusive", [=](benchmark::State& s) { mpi_win_lock(s, contended); }},
                           {"MPI_RMA_MCS", [=](benchmark::State& s) { mpi_mcs_lock(s, contended); }},
-                          {"mdsm_mutex", [=](benchmark::State& s) { mdsm_lock(s, contended); }}},
+                          {"mdsm_mutex", [=](benchmark::State& s) { mdsm_lock(s, contended); }},
+                          {"mdsm_mutex_handle", [=](benchmark::State& s) { mdsm_lock_handle(s, contended); }}},
                          opt);
   }
   register_interleaved("lock_only/contended", {{"MPI_Win_lock_exclusive", mpi_win_lock_only},
                                                {"MPI_RMA_MCS", mpi_mcs_lock_only},
-                                               {"mdsm_mutex", mdsm_lock_only}},
+                                               {"mdsm_mutex", mdsm_lock_only},
+                                               {"mdsm_mutex_handle", mdsm_lock_handle_only}},
                        opt);
-  register_interleaved("barrier", {{"MPI_Barrier", mpi_barrier}, {"mdsm_barrier", mdsm_barrier}}, opt);
+  register_interleaved("barrier",
+                       {{"MPI_Barrier", mpi_barrier},
+                        {"mdsm_barrier", mdsm_barrier},
+                        {"mdsm_barrier_handle", mdsm_barrier_handle}},
+                       opt);
 }
 
 }  // namespace

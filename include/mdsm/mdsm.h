@@ -157,6 +157,49 @@ mdsm_status mdsm_queue_push(mdsm_queue* queue, const void* item, size_t len);
 mdsm_status mdsm_queue_pop(mdsm_queue* queue, void* buf, size_t cap, size_t* len, int* got);
 mdsm_status mdsm_queue_destroy(mdsm_queue* queue);
 
+/* ---- coordination objects created by one rank: handles ---------------------------------------
+ * The same primitives, created by ONE rank (no collective step, no message; the creating rank is
+ * the manager) as a plain value: keep it in coherent memory (a lock inside a shared struct, one per
+ * tree cell) or send it; every rank may use it. Any rank may destroy it once no rank uses it
+ * (MDSM_ERR_BUSY while held or waited on; it then stays usable). A zero-filled handle is null;
+ * a null handle, or one used after destroy, gives MDSM_ERR_INVALID_HANDLE. See mdsm::mutex_handle
+ * and the others in mdsm.hpp. */
+
+typedef struct mdsm_mutex_handle {
+  uint64_t id;
+} mdsm_mutex_handle;
+mdsm_status mdsm_mutex_handle_create(mdsm_mutex_handle* mutex);
+mdsm_status mdsm_mutex_handle_lock(mdsm_mutex_handle mutex);
+mdsm_status mdsm_mutex_handle_trylock(mdsm_mutex_handle mutex, int* acquired);
+mdsm_status mdsm_mutex_handle_unlock(mdsm_mutex_handle mutex);
+mdsm_status mdsm_mutex_handle_destroy(mdsm_mutex_handle mutex);
+
+typedef struct mdsm_semaphore_handle {
+  uint64_t id;
+} mdsm_semaphore_handle;
+mdsm_status mdsm_semaphore_handle_create(long initial, mdsm_semaphore_handle* sem);
+mdsm_status mdsm_semaphore_handle_acquire(mdsm_semaphore_handle sem);
+mdsm_status mdsm_semaphore_handle_tryacquire(mdsm_semaphore_handle sem, int* acquired);
+mdsm_status mdsm_semaphore_handle_release(mdsm_semaphore_handle sem, long n);
+mdsm_status mdsm_semaphore_handle_destroy(mdsm_semaphore_handle sem);
+
+typedef struct mdsm_cond_handle {
+  uint64_t id;
+} mdsm_cond_handle;
+mdsm_status mdsm_cond_handle_create(mdsm_cond_handle* cond);
+mdsm_status mdsm_cond_handle_wait(mdsm_cond_handle cond, mdsm_mutex_handle mutex);
+mdsm_status mdsm_cond_handle_signal(mdsm_cond_handle cond);
+mdsm_status mdsm_cond_handle_broadcast(mdsm_cond_handle cond);
+mdsm_status mdsm_cond_handle_destroy(mdsm_cond_handle cond);
+
+typedef struct mdsm_barrier_handle {
+  uint64_t id;
+} mdsm_barrier_handle;
+/* Every `participants` arrivals (from any ranks) make one episode, as pthread_barrier_init. */
+mdsm_status mdsm_barrier_handle_create(int participants, mdsm_barrier_handle* barrier);
+mdsm_status mdsm_barrier_handle_wait(mdsm_barrier_handle barrier);
+mdsm_status mdsm_barrier_handle_destroy(mdsm_barrier_handle barrier);
+
 /* ---- statistics ----------------------------------------------------------------------------- */
 
 size_t mdsm_stat_count(void);

@@ -318,11 +318,19 @@ void set_gc_threshold(std::uint64_t bytes);
 // ---- coordination (lib/sync) ------------------------------------------------------------
 //
 // Drop-in primitives built only from annotated messages (users can build their own the same
-// way). Lifetime: every object is created collectively — all ranks construct it, in the same
-// order relative to other mdsm objects — and destroyed collectively once unused (a wait of
-// another rank on an object being destroyed ends with MDSM_ERR_BUSY, docs/SYNC.md). Each object
-// has a manager rank (its id modulo the number of ranks, unless given). Blocking operations
-// drive progress while they wait; none may be called from a message handler.
+// way). Each comes in two forms with the same protocol and costs:
+//   * a collective object (mdsm::mutex, semaphore, condition_variable, barrier, work_queue):
+//     every rank constructs it, in the same order relative to other mdsm objects, and destroys
+//     it collectively once unused (a wait of another rank on an object being destroyed ends with
+//     MDSM_ERR_BUSY, docs/SYNC.md). Its manager rank is its id modulo the number of ranks, unless
+//     given;
+//   * a handle (mdsm::mutex_handle, semaphore_handle, condition_handle, barrier_handle) for an
+//     object created by ONE rank, its manager, without any collective step: a small trivially
+//     copyable value to keep in coherent memory (a lock inside a shared struct, one per tree
+//     cell) or send in a message; every rank may use it, and a rank that never saw it before
+//     sets up its side on first use. Any rank may destroy it once no rank uses it; using it
+//     afterwards, or using a null (default or zeroed) handle, throws MDSM_ERR_INVALID_HANDLE.
+// Blocking operations drive progress while they wait; none may be called from a message handler.
 
 // A distributed queue lock (TreadMarks/CarlOS): acquire sends a REQUEST to the manager, which
 // forwards it to the last requester; the lock is granted with a RELEASE tailored to the
@@ -410,6 +418,97 @@ class barrier {
  private:
   std::uint32_t id_;
 };
+
+// ---- handles: objects created by one rank -------------------------------------------------------
+//
+// A handle is the object's id (creator rank and that rank's sequence number), nothing more: copy
+// it freely, compare it, store it in coherent memory (a zero-filled handle is the null handle).
+// create() is non-collective and sends nothing; the creating rank is the object's manager.
+// destroy() may be called by any rank, once: it asks the manager, which destroys the object if
+// no rank holds or waits on it, or else throws MDSM_ERR_BUSY and leaves the object as it was.
+// Ranks that used the object drop their side of it. Errors: MDSM_ERR_INVALID_HANDLE for a null
+// handle, a destroyed object (where detectable: an operation that asks the manager, or a wait,
+// fails; a release or notify sent after the destroy is reported by the sender's next call).
+
+// A lock as mdsm::mutex (the same distributed queue lock: a re-lock on the rank that last held it
+// sends nothing). Lockable: std::lock_guard<mdsm::mutex_handle> etc. work with it.
+class mutex_handle {
+ public:
+  constexpr mutex_handle() noexcept = default;  // the null handle
+  static mutex_handle create();                 // non-collective; this rank manages it
+  void destroy() const;  // any rank; MDSM_ERR_BUSY if held or waited on (it then stays usable)
+  void lock() const;
+  bool try_lock() const;
+  void unlock() const;  // MDSM_ERR_NOT_HELD if this rank does not hold it
+  bool held() const;
+  std::uint64_t id() const noexcept { return id_; }
+  explicit operator bool() const noexcept { return id_ != 0; }
+  friend bool operator==(const mutex_handle&, const mutex_handle&) = default;
+
+ private:
+  std::uint64_t id_ = 0;
+};
+
+// A counting semaphore as mdsm::semaphore.
+class semaphore_handle {
+ public:
+  constexpr semaphore_handle() noexcept = default;
+  static semaphore_handle create(long initial = 0);  // non-collective; MDSM_ERR_INVALID_ARGUMENT if negative
+  void destroy() const;  // any rank; MDSM_ERR_BUSY while a rank waits in acquire()
+  void acquire() const;
+  bool try_acquire() const;
+  void release(long n = 1) const;
+  std::uint64_t id() const noexcept { return id_; }
+  explicit operator bool() const noexcept { return id_ != 0; }
+  friend bool operator==(const semaphore_handle&, const semaphore_handle&) = default;
+
+ private:
+  std::uint64_t id_ = 0;
+};
+
+// A condition variable as mdsm::condition_variable, used with a mutex_handle.
+class condition_handle {
+ public:
+  constexpr condition_handle() noexcept = default;
+  static condition_handle create();  // non-collective
+  void destroy() const;               // any rank; MDSM_ERR_BUSY while a rank waits on it
+  void wait(mutex_handle m) const;    // MDSM_ERR_NOT_HELD if this rank does not hold m
+  template <class Pred>
+  void wait(mutex_handle m, Pred pred) const {
+    while (!pred()) wait(m);
+  }
+  void notify_one() const;
+  void notify_all() const;
+  std::uint64_t id() const noexcept { return id_; }
+  explicit operator bool() const noexcept { return id_ != 0; }
+  friend bool operator==(const condition_handle&, const condition_handle&) = default;
+
+ private:
+  std::uint64_t id_ = 0;
+};
+
+// A barrier for `participants` arrivals (pthread_barrier_t): any ranks may arrive, and every
+// `participants` arrivals, in the order they reach the manager, make one episode; after it each
+// of them sees the writes every one of them made before arriving. Arrivals are RELEASE_NT to the
+// manager; when the manager takes part in an episode it accepts them and sends the departures
+// (2(N-1) messages, as mdsm::barrier); when it does not, it forwards them to the episode's last
+// arrival, which does (3N-1). One thread per rank per episode.
+class barrier_handle {
+ public:
+  constexpr barrier_handle() noexcept = default;
+  static barrier_handle create(int participants);  // non-collective; MDSM_ERR_INVALID_ARGUMENT unless >= 1
+  void destroy() const;  // any rank; MDSM_ERR_BUSY while an episode has begun and not ended
+  void arrive_and_wait() const;
+  std::uint64_t id() const noexcept { return id_; }
+  explicit operator bool() const noexcept { return id_ != 0; }
+  friend bool operator==(const barrier_handle&, const barrier_handle&) = default;
+
+ private:
+  std::uint64_t id_ = 0;
+};
+
+static_assert(std::is_trivially_copyable_v<mutex_handle> && sizeof(mutex_handle) == 8);
+static_assert(std::is_trivially_copyable_v<barrier_handle> && sizeof(barrier_handle) == 8);
 
 // A work queue (FIFO) or work stack (LIFO) kept by a manager that only stores and forwards
 // RELEASE messages and never accepts them: a consumer becomes consistent with the producer of

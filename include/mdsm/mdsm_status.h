@@ -29,7 +29,8 @@ typedef enum mdsm_status {
   MDSM_ERR_BUSY = 18,               /* destroy of an object still held or waited on */
   MDSM_ERR_MISMATCH = 19,           /* ranks disagree on a collective call's arguments */
   MDSM_ERR_INTERNAL = 20,           /* an mdsm bug: please report it */
-  MDSM_ERR_OS = 21                  /* an operating-system call failed */
+  MDSM_ERR_OS = 21,                 /* an operating-system call failed */
+  MDSM_ERR_INVALID_HANDLE = 22      /* a null handle, or one whose object was destroyed */
 } mdsm_status;
 
 /* A short, static description of a status code (never NULL). */

@@ -2,6 +2,7 @@
 #include "api/c_guard.hpp"
 #include "sync/services.hpp"
 
+#include <bit>
 #include <cstring>
 #include <vector>
 
@@ -29,6 +30,18 @@ struct mdsm_queue {
 
 using mdsm::capi::guarded;
 using mdsm::capi::null_arg;
+
+// A C handle is the C++ handle's bytes (one id).
+static_assert(sizeof(mdsm_mutex_handle) == sizeof(mdsm::mutex_handle));
+static_assert(sizeof(mdsm_semaphore_handle) == sizeof(mdsm::semaphore_handle));
+static_assert(sizeof(mdsm_cond_handle) == sizeof(mdsm::condition_handle));
+static_assert(sizeof(mdsm_barrier_handle) == sizeof(mdsm::barrier_handle));
+namespace {
+mdsm::mutex_handle cpp(mdsm_mutex_handle h) { return std::bit_cast<mdsm::mutex_handle>(h); }
+mdsm::semaphore_handle cpp(mdsm_semaphore_handle h) { return std::bit_cast<mdsm::semaphore_handle>(h); }
+mdsm::condition_handle cpp(mdsm_cond_handle h) { return std::bit_cast<mdsm::condition_handle>(h); }
+mdsm::barrier_handle cpp(mdsm_barrier_handle h) { return std::bit_cast<mdsm::barrier_handle>(h); }
+}  // namespace
 
 extern "C" {
 
@@ -154,6 +167,70 @@ mdsm_status mdsm_queue_pop(mdsm_queue* queue, void* buf, size_t cap, size_t* len
 mdsm_status mdsm_queue_destroy(mdsm_queue* queue) {
   if (queue == nullptr) return null_arg("queue");
   return guarded([&] { delete queue; });
+}
+
+mdsm_status mdsm_mutex_handle_create(mdsm_mutex_handle* mutex) {
+  if (mutex == nullptr) return null_arg("mutex");
+  return guarded([&] { *mutex = std::bit_cast<mdsm_mutex_handle>(mdsm::mutex_handle::create()); });
+}
+mdsm_status mdsm_mutex_handle_lock(mdsm_mutex_handle mutex) {
+  return guarded([&] { cpp(mutex).lock(); });
+}
+mdsm_status mdsm_mutex_handle_trylock(mdsm_mutex_handle mutex, int* acquired) {
+  if (acquired == nullptr) return null_arg("acquired");
+  return guarded([&] { *acquired = cpp(mutex).try_lock() ? 1 : 0; });
+}
+mdsm_status mdsm_mutex_handle_unlock(mdsm_mutex_handle mutex) {
+  return guarded([&] { cpp(mutex).unlock(); });
+}
+mdsm_status mdsm_mutex_handle_destroy(mdsm_mutex_handle mutex) {
+  return guarded([&] { cpp(mutex).destroy(); });
+}
+
+mdsm_status mdsm_semaphore_handle_create(long initial, mdsm_semaphore_handle* sem) {
+  if (sem == nullptr) return null_arg("sem");
+  return guarded([&] { *sem = std::bit_cast<mdsm_semaphore_handle>(mdsm::semaphore_handle::create(initial)); });
+}
+mdsm_status mdsm_semaphore_handle_acquire(mdsm_semaphore_handle sem) {
+  return guarded([&] { cpp(sem).acquire(); });
+}
+mdsm_status mdsm_semaphore_handle_tryacquire(mdsm_semaphore_handle sem, int* acquired) {
+  if (acquired == nullptr) return null_arg("acquired");
+  return guarded([&] { *acquired = cpp(sem).try_acquire() ? 1 : 0; });
+}
+mdsm_status mdsm_semaphore_handle_release(mdsm_semaphore_handle sem, long n) {
+  return guarded([&] { cpp(sem).release(n); });
+}
+mdsm_status mdsm_semaphore_handle_destroy(mdsm_semaphore_handle sem) {
+  return guarded([&] { cpp(sem).destroy(); });
+}
+
+mdsm_status mdsm_cond_handle_create(mdsm_cond_handle* cond) {
+  if (cond == nullptr) return null_arg("cond");
+  return guarded([&] { *cond = std::bit_cast<mdsm_cond_handle>(mdsm::condition_handle::create()); });
+}
+mdsm_status mdsm_cond_handle_wait(mdsm_cond_handle cond, mdsm_mutex_handle mutex) {
+  return guarded([&] { cpp(cond).wait(cpp(mutex)); });
+}
+mdsm_status mdsm_cond_handle_signal(mdsm_cond_handle cond) {
+  return guarded([&] { cpp(cond).notify_one(); });
+}
+mdsm_status mdsm_cond_handle_broadcast(mdsm_cond_handle cond) {
+  return guarded([&] { cpp(cond).notify_all(); });
+}
+mdsm_status mdsm_cond_handle_destroy(mdsm_cond_handle cond) {
+  return guarded([&] { cpp(cond).destroy(); });
+}
+
+mdsm_status mdsm_barrier_handle_create(int participants, mdsm_barrier_handle* barrier) {
+  if (barrier == nullptr) return null_arg("barrier");
+  return guarded([&] { *barrier = std::bit_cast<mdsm_barrier_handle>(mdsm::barrier_handle::create(participants)); });
+}
+mdsm_status mdsm_barrier_handle_wait(mdsm_barrier_handle barrier) {
+  return guarded([&] { cpp(barrier).arrive_and_wait(); });
+}
+mdsm_status mdsm_barrier_handle_destroy(mdsm_barrier_handle barrier) {
+  return guarded([&] { cpp(barrier).destroy(); });
 }
 
 }  // extern "C"

@@ -69,6 +69,7 @@ extern "C" const char* mdsm_strerror(mdsm_status status) {
     case MDSM_ERR_MISMATCH: return "ranks disagree on a collective call";
     case MDSM_ERR_INTERNAL: return "internal error in mdsm";
     case MDSM_ERR_OS: return "operating-system call failed";
+    case MDSM_ERR_INVALID_HANDLE: return "null handle, or its object was destroyed";
   }
   return "unknown mdsm status";
 }

@@ -8,6 +8,15 @@
 // largest exceeds mdsm::gc_threshold() (MDSM_GC_THRESHOLD; by default at least 64 MiB, growing
 // with collective allocations; 0 disables) and the barrier spans every rank, the departures say
 // so and every rank runs mdsm::gc() (itself collective) before leaving.
+//
+// A handle's barrier (mdsm::barrier_handle) counts arrivals instead of knowing its participants:
+// its manager (the creating rank) groups them into episodes of `count` in the order they arrive
+// (a rank's next arrival cannot come before the episode it is in has ended, so this is exact).
+// The episode's *collector* accepts its arrivals together and sends the departures: the manager,
+// if it is in the episode (then it costs what the collective barrier costs), else the episode's
+// last arrival, to which the manager forwards the other arrivals (the collector's own is dropped:
+// it is consistent with itself) and then a NONE "collect" saying how many. Per-sender order puts
+// the forwards ahead of that notice.
 #include "sync/services.hpp"
 
 #include "sync/handlers.hpp"
@@ -22,13 +31,30 @@ namespace mdsm::sync {
 
 namespace {
 
-enum op : std::uint32_t { op_arrive = 1, op_depart = 2 };
-
+enum op : std::uint32_t { op_arrive = 1, op_depart = 2, op_collect = 3 };
 
 struct barrier_state final : object {
-  barrier_state(std::uint32_t id_, kind k_, int manager_, std::vector<int> members_)
+  barrier_state(std::uint64_t id_, kind k_, int manager_, std::vector<int> members_)
       : object(id_, k_, manager_), members(std::move(members_)) {}
-  const std::vector<int> members;  // sorted
+  // A handle's barrier at its manager, and on the other ranks (which need not know the count).
+  barrier_state(std::uint64_t id_, kind k_, int manager_, std::uint32_t count_)
+      : object(id_, k_, manager_), count(count_) {}
+  barrier_state(std::uint64_t id_, kind k_, int manager_, remote_copy) : object(id_, k_, manager_) {}
+  const std::vector<int> members;  // collective: sorted; empty for a handle
+  const std::uint32_t count = 0;   // a handle's, at its manager: arrivals per episode
+  // A handle's manager (guarded by mu): this episode's arrivals in order (the manager's own has
+  // no message).
+  struct arrival {
+    int rank;
+    stored_message msg;
+    std::uint64_t metadata;
+  };
+  std::vector<arrival> episode;
+  // A handle's collector (guarded by mu): the arrivals to accept and whom to send departures,
+  // and how many there will be (-1: not collecting this episode).
+  std::vector<stored_message> to_collect;
+  std::vector<int> depart_to;
+  long expect = -1;
   // Manager (guarded by mu): arrivals per epoch, and the largest metadata size reported.
   std::map<std::uint64_t, std::vector<stored_message>> arrived;
   std::map<std::uint64_t, std::uint64_t> metadata_max;
@@ -40,7 +66,11 @@ struct barrier_state final : object {
   bool collect = false;
 
   bool is_member(int r) const { return std::binary_search(members.begin(), members.end(), r); }
-  const char* busy_reason() const override { return in_barrier ? "waited on" : nullptr; }
+  const char* busy_reason() const override {
+    if (in_barrier) return "waited on";
+    if (!episode.empty()) return "waited on (an episode has begun)";
+    return nullptr;
+  }
   void drain(std::vector<stored_message>& out) override {
     for (auto& [e, v] : arrived)
       for (auto& m : v) out.push_back(std::move(m));
@@ -48,7 +78,7 @@ struct barrier_state final : object {
   }
 };
 
-std::shared_ptr<barrier_state> state_of(std::uint32_t id) { return current().find<barrier_state>(id, kind::barrier); }
+std::shared_ptr<barrier_state> state_of(std::uint64_t id) { return current().use<barrier_state>(id, kind::barrier); }
 
 std::uint64_t list_hash(const std::vector<int>& v) {
   std::uint64_t h = 1469598103934665603ull;
@@ -76,12 +106,51 @@ struct manager_wait {
   }
 };
 
+// A handle's manager, mu held: the episode is complete; hand it to its collector.
+void complete_episode_locked(barrier_state& s) {
+  services& sv = current();
+  std::vector<barrier_state::arrival> ep = std::move(s.episode);
+  s.episode.clear();
+  std::uint64_t meta = 0;
+  for (const auto& a : ep) meta = std::max(meta, a.metadata);
+  const std::uint64_t threshold = gc_threshold();
+  const bool collect = static_cast<int>(s.count) == sv.size() && threshold != 0 && meta > threshold;
+  const bool here = std::any_of(ep.begin(), ep.end(), [&](const auto& a) { return a.rank == sv.rank(); });
+  if (here) {  // the manager's own thread collects (arrive_and_wait, below)
+    for (auto& a : ep) {
+      if (a.rank == sv.rank()) continue;
+      s.to_collect.push_back(std::move(a.msg));
+      s.depart_to.push_back(a.rank);
+    }
+    s.collect = collect;
+    s.expect = static_cast<long>(s.to_collect.size());
+    return;
+  }
+  const int collector = ep.back().rank;
+  for (std::size_t i = 0; i + 1 < ep.size(); ++i) ep[i].msg.forward(collector);
+  ep.back().msg.discard();
+  const barrier_departure d{ep.size() - 1, collect ? 1u : 0u, 0};
+  send(collector, sv.h_barrier_depart, payload_builder(s.id, op_collect).put(d).bytes(), annotation::none);
+}
+
 }  // namespace
 
 void on_barrier_arrive(message& m) {
   const auto [h, a] = read_payload<barrier_arrival>(m.payload());
-  auto s = state_of(h.id);
+  services& sv = current();
+  auto s = sv.for_message<barrier_state>(m, h.id, kind::barrier);
+  if (!s) return;
   std::lock_guard lk(s->mu);
+  if (is_handle_id(h.id)) {
+    if (is_manager_role(*s, m, sv.rank())) {
+      s->episode.push_back({m.origin(), m.store(), a.metadata});
+      if (s->episode.size() >= s->count) complete_episode_locked(*s);
+    } else {  // forwarded by the manager to this episode's collector
+      s->to_collect.push_back(m.store());
+      s->depart_to.push_back(m.origin());
+    }
+    return;
+  }
   if (a.participants != s->members.size() || !s->is_member(m.origin())) s->mismatch = true;
   s->arrived[a.epoch].push_back(m.store());
   auto& mx = s->metadata_max[a.epoch];
@@ -90,8 +159,16 @@ void on_barrier_arrive(message& m) {
 
 void on_barrier_depart(message& m) {
   const auto [h, d] = read_payload<barrier_departure>(m.payload());
-  auto s = state_of(h.id);
+  auto s = current().for_message<barrier_state>(m, h.id, kind::barrier);
+  if (!s) return;
   std::lock_guard lk(s->mu);
+  if (h.op == op_collect) {  // this rank collects the episode (after the forwarded arrivals)
+    if (d.epoch > static_cast<std::uint64_t>(current().size()))
+      detail::fail(MDSM_ERR_MALFORMED, "barrier ", id_text(h.id), ": a collect notice for ", d.epoch, " arrivals");
+    s->collect = d.collect != 0;
+    s->expect = static_cast<long>(d.epoch);
+    return;
+  }
   s->collect = d.collect != 0;
   s->depart = m.store();
 }
@@ -126,7 +203,7 @@ barrier::barrier(std::span<const int> participants) {
   }
   const int manager = members.front();
   const std::uint64_t check = list_hash(members);
-  id_ = sv.create<barrier_state>(kind::barrier, manager, check, std::move(members))->id;
+  id_ = static_cast<std::uint32_t>(sv.create<barrier_state>(kind::barrier, manager, check, std::move(members))->id);
 }
 
 barrier::~barrier() {
@@ -139,12 +216,12 @@ void barrier::arrive_and_wait() {
   services& sv = current();
   const int me = sv.rank();
   if (!s->is_member(me))
-    detail::fail(MDSM_ERR_INVALID_ARGUMENT, "barrier #", id_, ": rank ", me, " is not one of its participants");
+    detail::fail(MDSM_ERR_INVALID_ARGUMENT, "barrier ", id_text(id_), ": rank ", me, " is not one of its participants");
   std::uint64_t epoch;
   {
     std::lock_guard lk(s->mu);
     if (s->in_barrier)
-      detail::fail(MDSM_ERR_BUSY, "barrier #", id_, ": another thread of rank ", me, " is already in it");
+      detail::fail(MDSM_ERR_BUSY, "barrier ", id_text(id_), ": another thread of rank ", me, " is already in it");
     s->in_barrier = true;
     epoch = s->epoch;
   }
@@ -182,7 +259,7 @@ void barrier::arrive_and_wait() {
       }
       accept_all(arrivals);
       if (mismatch) {
-        detail::fail(MDSM_ERR_MISMATCH, "barrier #", id_, ": an arrival came from a rank that is not a participant "
+        detail::fail(MDSM_ERR_MISMATCH, "barrier ", id_text(id_), ": an arrival came from a rank that is not a participant "
                      "or that counts a different number of participants");
       }
       const std::uint64_t threshold = gc_threshold();
@@ -215,6 +292,85 @@ void barrier::arrive_and_wait() {
       s->in_barrier = false;
     }
     return collect;
+  });
+  if (collect) gc();
+}
+
+// ---- a handle's barrier -----------------------------------------------------------------------
+
+barrier_handle barrier_handle::create(int participants) {
+  operation op("barrier_handle::create", operation::non_blocking);
+  if (participants < 1)
+    detail::fail(MDSM_ERR_INVALID_ARGUMENT, "barrier_handle::create: ", participants,
+                 " participants; a barrier needs at least one");
+  barrier_handle h;
+  h.id_ = current().create_handle<barrier_state>(kind::barrier, static_cast<std::uint32_t>(participants))->id;
+  return h;
+}
+
+void barrier_handle::destroy() const {
+  operation op("barrier_handle::destroy");
+  current().destroy_handle(state_of(check_handle(id_, "barrier_handle::destroy")), "barrier_handle::destroy");
+}
+
+void barrier_handle::arrive_and_wait() const {
+  const char* what = "barrier_handle::arrive_and_wait";
+  operation op(what);
+  const std::uint64_t id = check_handle(id_, what);
+  auto s = state_of(id);
+  services& sv = current();
+  const int me = sv.rank();
+  {
+    std::lock_guard lk(s->mu);
+    if (s->in_barrier) detail::fail(MDSM_ERR_BUSY, what, ": barrier ", id_text(id), ": another thread of rank ", me,
+                                    " is already in it");
+    s->in_barrier = true;
+  }
+  const auto leave = [&] {
+    std::lock_guard lk(s->mu);
+    s->in_barrier = false;
+  };
+  const bool collect = undo_if_throws(leave, [&] {
+    op.about("barrier", id, s->manager, "its manager, which hands each episode to a collector");
+    if (s->manager == me) {
+      std::lock_guard lk(s->mu);
+      s->episode.push_back({me, stored_message(), my_metadata()});
+      if (s->episode.size() >= s->count) complete_episode_locked(*s);
+    } else {
+      const barrier_arrival a{0, 0, 0, my_metadata()};
+      send(s->manager, sv.h_barrier_arrive, payload_builder(id, op_arrive).put(a).bytes(), annotation::release_nt);
+    }
+    bool answered = false;
+    wait_until([&] {
+      std::lock_guard lk(s->mu);
+      answered = static_cast<bool>(s->depart) || (s->expect >= 0 && s->to_collect.size() == static_cast<std::size_t>(s->expect));
+      return answered || s->abandoned();
+    });
+    if (!answered) s->fail_destroyed(what);
+    stored_message depart;
+    std::vector<stored_message> arrivals;
+    std::vector<int> to;
+    bool gc_after;
+    {
+      std::lock_guard lk(s->mu);
+      depart = std::move(s->depart);
+      arrivals = std::move(s->to_collect);
+      to = std::move(s->depart_to);
+      s->to_collect.clear();
+      s->depart_to.clear();
+      s->expect = -1;
+      gc_after = s->collect;
+    }
+    if (depart) {
+      depart.accept();
+    } else {  // this rank collects the episode
+      accept_all(arrivals);
+      const barrier_departure d{0, gc_after ? 1u : 0u, 0};
+      for (int r : to) send(r, sv.h_barrier_depart, payload_builder(id, op_depart).put(d).bytes(), annotation::release);
+    }
+    std::lock_guard lk(s->mu);
+    s->in_barrier = false;
+    return gc_after;
   });
   if (collect) gc();
 }

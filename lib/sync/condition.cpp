@@ -23,6 +23,7 @@ enum op : std::uint32_t { op_wait = 1, op_ack = 2, op_wake = 3, op_notify_one = 
 
 struct condition_state final : object {
   using object::object;
+  condition_state(std::uint64_t id_, kind k_, int manager_, remote_copy) : object(id_, k_, manager_) {}
   std::deque<int> waiters;  // manager: registered ranks, in order (guarded by mu)
   int phase = 0;            // this rank: 0 idle, 1 registering, 2 registered, 3 woken (guarded by mu)
 
@@ -32,8 +33,8 @@ struct condition_state final : object {
   }
 };
 
-std::shared_ptr<condition_state> state_of(std::uint32_t id) {
-  return current().find<condition_state>(id, kind::condition);
+std::shared_ptr<condition_state> state_of(std::uint64_t id) {
+  return current().use<condition_state>(id, kind::condition);
 }
 
 // Delivers a reply to this rank (mu held).
@@ -67,9 +68,15 @@ bool wait_phase(condition_state& s, int phase) {
   return reached;
 }
 
-void notify(std::uint32_t id, bool all) {
-  auto s = state_of(id);
+void notify(std::uint64_t id, bool all) {
   services& sv = current();
+  // A handle's manager is in its id: a rank that only notifies needs no state of its own.
+  if (is_handle_id(id) && handle_creator(id) != static_cast<std::uint64_t>(sv.rank())) {
+    send(static_cast<int>(handle_creator(id)), sv.h_cond_notify,
+         payload_builder(id, all ? op_notify_all : op_notify_one).bytes(), annotation::none);
+    return;
+  }
+  auto s = state_of(id);
   std::lock_guard lk(s->mu);
   if (s->manager == sv.rank())
     notify_locked(*s, all);
@@ -81,7 +88,8 @@ void notify(std::uint32_t id, bool all) {
 }  // namespace
 
 void on_cond_wait(message& m) {
-  auto s = state_of(std::get<header>(read_payload<>(m.payload())).id);
+  auto s = current().for_message<condition_state>(m, std::get<header>(read_payload<>(m.payload())).id, kind::condition);
+  if (!s) return;
   std::lock_guard lk(s->mu);
   s->waiters.push_back(m.origin());
   reply_locked(*s, m.origin(), op_ack);
@@ -89,45 +97,36 @@ void on_cond_wait(message& m) {
 
 void on_cond_notify(message& m) {
   const auto [h] = read_payload<>(m.payload());
-  auto s = state_of(h.id);
+  auto s = current().for_message<condition_state>(m, h.id, kind::condition, false);
+  if (!s) return;
   std::lock_guard lk(s->mu);
   notify_locked(*s, h.op == op_notify_all);
 }
 
 void on_cond_reply(message& m) {
   const auto [h] = read_payload<>(m.payload());
-  auto s = state_of(h.id);
+  auto s = current().for_message<condition_state>(m, h.id, kind::condition);
+  if (!s) return;
   std::lock_guard lk(s->mu);
   s->phase = h.op == op_ack ? 2 : 3;
 }
 
 }  // namespace mdsm::sync
 
-namespace mdsm {
-using namespace sync;
+namespace mdsm::sync {
 
-condition_variable::condition_variable() : condition_variable(-1) {}
-
-condition_variable::condition_variable(int manager) {
-  operation op("condition_variable::condition_variable");
-  id_ = current().create<condition_state>(kind::condition, manager, 0)->id;
-}
-
-condition_variable::~condition_variable() {
-  if (initialized()) current().destroy(id_);
-}
-
-void condition_variable::wait(mutex& m) {
-  operation op("condition_variable::wait");
-  if (!m.held())
-    detail::fail(MDSM_ERR_NOT_HELD, "condition_variable::wait: mutex #", m.id(),
+// The wait, on the ids of a condition variable and a mutex (collective or handles alike).
+void condition_wait(std::uint64_t id_, std::uint64_t mutex_id, const char* what) {
+  operation op(what);
+  if (!mutex_held(mutex_id))
+    detail::fail(MDSM_ERR_NOT_HELD, what, ": mutex ", id_text(mutex_id),
                  " is not held by this rank; lock it before waiting");
   auto s = state_of(id_);
   services& sv = current();
   {
     std::lock_guard lk(s->mu);
     if (s->phase != 0)
-      detail::fail(MDSM_ERR_BUSY, "condition_variable #", id_, ": another thread of rank ", sv.rank(),
+      detail::fail(MDSM_ERR_BUSY, what, ": condition_variable ", id_text(id_), ": another thread of rank ", sv.rank(),
                    " already waits on it");
     s->phase = 1;
   }
@@ -147,19 +146,37 @@ void condition_variable::wait(mutex& m) {
         send(s->manager, sv.h_cond_wait, payload_builder(id_, op_wait).bytes(), annotation::request);
       }
     }
-    if (!wait_phase(*s, 2)) s->fail_destroyed("condition_variable::wait");
-    m.unlock();
+    if (!wait_phase(*s, 2)) s->fail_destroyed(what);
+    mutex_unlock(mutex_id, what);
     if (!wait_phase(*s, 3)) {
-      m.lock();  // returns with the mutex held, as it would have (or fails if it is gone as well)
-      s->fail_destroyed("condition_variable::wait");
+      mutex_lock(mutex_id, what);  // returns with the mutex held, as it would have (or fails if it is gone as well)
+      s->fail_destroyed(what);
     }
     {
       std::lock_guard lk(s->mu);
       s->phase = 0;
     }
-    m.lock();
+    mutex_lock(mutex_id, what);
   });
 }
+
+}  // namespace mdsm::sync
+
+namespace mdsm {
+using namespace sync;
+
+condition_variable::condition_variable() : condition_variable(-1) {}
+
+condition_variable::condition_variable(int manager) {
+  operation op("condition_variable::condition_variable");
+  id_ = static_cast<std::uint32_t>(current().create<condition_state>(kind::condition, manager, 0)->id);
+}
+
+condition_variable::~condition_variable() {
+  if (initialized()) current().destroy(id_);
+}
+
+void condition_variable::wait(mutex& m) { condition_wait(id_, m.id(), "condition_variable::wait"); }
 
 void condition_variable::notify_one() {
   operation op("condition_variable::notify_one", operation::non_blocking);
@@ -168,6 +185,31 @@ void condition_variable::notify_one() {
 void condition_variable::notify_all() {
   operation op("condition_variable::notify_all", operation::non_blocking);
   notify(id_, true);
+}
+
+condition_handle condition_handle::create() {
+  operation op("condition_handle::create", operation::non_blocking);
+  condition_handle h;
+  h.id_ = current().create_handle<condition_state>(kind::condition)->id;
+  return h;
+}
+
+void condition_handle::destroy() const {
+  operation op("condition_handle::destroy");
+  current().destroy_handle(state_of(check_handle(id_, "condition_handle::destroy")), "condition_handle::destroy");
+}
+
+void condition_handle::wait(mutex_handle m) const {
+  condition_wait(check_handle(id_, "condition_handle::wait"), check_handle(m.id(), "condition_handle::wait"),
+                 "condition_handle::wait");
+}
+void condition_handle::notify_one() const {
+  operation op("condition_handle::notify_one", operation::non_blocking);
+  notify(check_handle(id_, "condition_handle::notify_one"), false);
+}
+void condition_handle::notify_all() const {
+  operation op("condition_handle::notify_all", operation::non_blocking);
+  notify(check_handle(id_, "condition_handle::notify_all"), true);
 }
 
 }  // namespace mdsm

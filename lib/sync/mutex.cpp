@@ -14,6 +14,13 @@
 // the token is free there and nobody is queued, it is *lent*: the borrower returns it to the
 // lender at unlock() (a RELEASE, so the lender's next holder sees the borrower's writes), and the
 // lender keeps its place in the queue meanwhile. Otherwise a NONE "deny" answers.
+//
+// Destroy of a handle's mutex (by any rank): the manager, which alone passes requests to the
+// token, holds new ones back and sends a NONE "probe" to `last`, where the token is or is going.
+// Per-sender order puts the probe behind every request the manager passed there before, so if the
+// token is free there with nobody queued it is idle everywhere: that rank retires it (drops its
+// copy) and says so, and the manager destroys the object and answers the held-back requests with
+// "gone". Otherwise the reply says why not, and the held-back requests go on as usual.
 #include "sync/services.hpp"
 
 #include "sync/handlers.hpp"
@@ -21,23 +28,30 @@
 #include "common/check.hpp"
 
 #include <atomic>
+#include <deque>
+#include <iterator>
 #include <thread>
 
 namespace mdsm::sync {
 
 namespace {
 
-enum op : std::uint32_t { op_acquire = 1, op_try = 2, op_token = 3, op_deny = 4 };
+enum op : std::uint32_t { op_acquire = 1, op_try = 2, op_token = 3, op_deny = 4, op_probe = 5, op_probe_reply = 6 };
+
+// Why a probed token could not be retired (op_probe_reply carries the index).
+constexpr const char* k_probe_answers[] = {nullptr, "held", "waited on", "lent out", "passing between ranks"};
 
 struct mutex_state final : object {
   // The token starts at the manager. It is set here, before the object is published to the
   // handlers, so a request that arrives while the constructor still runs finds it.
-  mutex_state(std::uint32_t id_, kind k_, int manager_, int me) : object(id_, k_, manager_) {
+  mutex_state(std::uint64_t id_, kind k_, int manager_, int me) : object(id_, k_, manager_) {
     if (manager_ == me) {
       token = true;
       last = manager_;
     }
   }
+  // A handle's mutex on a rank that is not its manager, made on first use: no token here.
+  mutex_state(std::uint64_t id_, kind k_, int manager_, remote_copy) : object(id_, k_, manager_) {}
   // All fields guarded by `mu`.
   bool token = false;     // the token is at this rank
   bool held = false;      // an application thread of this rank holds the lock
@@ -53,6 +67,14 @@ struct mutex_state final : object {
   stored_message returned;  // a lent token that came back and was not yet accepted or passed on
   std::atomic<bool> local_owner{false};  // serializes this rank's application threads
   std::thread::id owner_thread;          // the application thread that holds it (guarded by mu)
+  // Manager, while a destroy probe is out: the requests held back meanwhile (the message to pass
+  // on, or none for this rank's own request), in arrival order.
+  struct held_request {
+    int requester;
+    bool is_try;
+    stored_message msg;
+  };
+  std::deque<held_request> held_back;
 
   const char* busy_reason() const override {
     if (held) return "held";
@@ -65,9 +87,10 @@ struct mutex_state final : object {
     if (arrived) out.push_back(std::move(arrived));
     if (returned) out.push_back(std::move(returned));
   }
+  void begin_destroy(int destroyer) override;
 };
 
-std::shared_ptr<mutex_state> state_of(std::uint32_t id) { return current().find<mutex_state>(id, kind::mutex); }
+std::shared_ptr<mutex_state> state_of(std::uint64_t id) { return current().use<mutex_state>(id, kind::mutex); }
 
 // Sends the token to `to` (mu held). A returned token is passed on as it is (forwarded), so the
 // receiver becomes consistent with the borrower that returned it, through this rank's records.
@@ -109,18 +132,61 @@ void holder_request_locked(mutex_state& s, int requester, bool is_try) {
   }
 }
 
-// The manager's side (mu held). `m` is the message to forward, or null when the manager itself
-// requests (then a fresh REQUEST goes to the previous requester).
-void manager_request_locked(mutex_state& s, int requester, bool is_try, message* m) {
+// The manager's side (mu held). `m` (or `held`, one held back during a destroy probe) is the
+// message to forward, or both are null when the manager itself requests (then a fresh REQUEST goes
+// to the previous requester).
+void manager_request_locked(mutex_state& s, int requester, bool is_try, message* m, stored_message* held = nullptr) {
   services& sv = current();
+  if (s.destroyer >= 0) {  // a destroy probe is out: decide after its answer
+    s.held_back.push_back({requester, is_try, m != nullptr ? m->store() : stored_message()});
+    return;
+  }
   const int prev = s.last;
   if (!is_try) s.last = requester;
   if (prev == sv.rank()) {
     holder_request_locked(s, requester, is_try);
   } else if (m != nullptr) {
     m->forward(prev);
+  } else if (held != nullptr && *held) {
+    held->forward(prev);
   } else {
     send(prev, sv.h_mutex_request, payload_builder(s.id, is_try ? op_try : op_acquire).bytes(), annotation::request);
+  }
+}
+
+// The rank the token is at (or going to) answers a destroy probe (mu held): retires the token if
+// it is free with nobody queued (returns 0), else says why not (an index of k_probe_answers).
+std::uint32_t retire_locked(mutex_state& s) {
+  if (s.held) return 1;
+  if (s.waiting || s.trying || s.next >= 0) return 2;
+  if (s.lent) return 3;
+  if (!s.token) return 4;
+  s.token = false;
+  if (s.returned) s.returned.discard();  // the last release, which nobody will acquire now
+  return 0;
+}
+
+// Manager (mu held): the probe's answer, from rank `where`.
+void end_probe_locked(mutex_state& s, std::uint32_t answer, int where) {
+  services& sv = current();
+  std::deque<mutex_state::held_request> held = std::move(s.held_back);
+  s.held_back.clear();
+  if (answer == 0) {
+    sv.end_destroy(s, nullptr, where);
+    for (auto& r : held)  // REQUESTs: nothing to dispose of; the manager's own wait sees `gone`
+      if (r.requester != sv.rank()) sv.tell_gone(s.id, r.requester);
+    return;
+  }
+  sv.end_destroy(s, k_probe_answers[answer], where);
+  for (auto& r : held) manager_request_locked(s, r.requester, r.is_try, nullptr, &r.msg);
+}
+
+void mutex_state::begin_destroy(int /*destroyer*/) {
+  services& sv = current();
+  if (last == sv.rank() || last < 0) {
+    end_probe_locked(*this, retire_locked(*this), sv.rank());
+  } else {
+    send(last, sv.h_mutex_request, payload_builder(id, op_probe).bytes(), annotation::none);
   }
 }
 
@@ -168,17 +234,30 @@ void accept_returned_locked(mutex_state& s, std::unique_lock<object_mutex>& lk) 
 
 void on_mutex_request(message& m) {
   const auto [h] = read_payload<>(m.payload());
-  auto s = state_of(h.id);
+  services& sv = current();
+  auto s = sv.for_message<mutex_state>(m, h.id, kind::mutex);
+  if (!s) return;
+  if (h.op == op_probe) {
+    std::uint32_t answer;
+    {
+      std::lock_guard lk(s->mu);
+      answer = retire_locked(*s);
+    }
+    if (answer == 0) sv.forget(h.id);  // the token is gone: so is this rank's copy
+    send(m.origin(), sv.h_mutex_deny, payload_builder(h.id, op_probe_reply).put(answer).bytes(), annotation::none);
+    return;
+  }
   std::lock_guard lk(s->mu);
   const bool is_try = h.op == op_try;
-  if (is_manager_role(*s, m, current().rank()))
+  if (is_manager_role(*s, m, sv.rank()))
     manager_request_locked(*s, m.origin(), is_try, &m);
   else
     holder_request_locked(*s, m.origin(), is_try);
 }
 
 void on_mutex_token(message& m) {
-  auto s = state_of(std::get<header>(read_payload<>(m.payload())).id);
+  auto s = current().for_message<mutex_state>(m, std::get<header>(read_payload<>(m.payload())).id, kind::mutex);
+  if (!s) return;
   std::lock_guard lk(s->mu);
   if (s->lent) {
     // The lent token comes back (there is one token, and this rank owns it: nobody else can
@@ -207,44 +286,42 @@ void on_mutex_token(message& m) {
     s->arrived = m.store();
   } else {
     m.accept();
-    detail::fail(MDSM_ERR_MALFORMED, "mutex #", s->id, ": a lock token arrived at rank ", current().rank(),
+    detail::fail(MDSM_ERR_MALFORMED, "mutex ", id_text(s->id), ": a lock token arrived at rank ", current().rank(),
                  " which neither waits for it nor lent it");
   }
 }
 
 void on_mutex_deny(message& m) {
-  auto s = state_of(std::get<header>(read_payload<>(m.payload())).id);
+  const auto [h] = read_payload<>(m.payload());
+  auto s = current().for_message<mutex_state>(m, h.id, kind::mutex);
+  if (!s) return;
+  if (h.op == op_probe_reply) {
+    const auto [h2, answer] = read_payload<std::uint32_t>(m.payload());
+    if (answer >= std::size(k_probe_answers) || s->manager != current().rank())
+      detail::fail(MDSM_ERR_MALFORMED, "mutex ", id_text(h.id), ": a malformed destroy probe answer from rank ",
+                   m.origin());
+    std::lock_guard lk(s->mu);
+    if (s->destroyer >= 0) end_probe_locked(*s, answer, m.origin());
+    return;
+  }
   std::lock_guard lk(s->mu);
   if (s->trying) s->try_result = 2;
 }
 
 }  // namespace mdsm::sync
 
-namespace mdsm {
-using namespace sync;
+namespace mdsm::sync {
 
-// ---- the public class ------------------------------------------------------------------------
+// ---- the operations, for a collective mutex and a handle alike ------------------------------
 
-mutex::mutex() : mutex(-1) {}
-
-mutex::mutex(int manager) {
-  operation op("mutex::mutex");
-  auto s = current().create<mutex_state>(kind::mutex, manager, 0, current().rank());
-  id_ = s->id;
-}
-
-mutex::~mutex() {
-  if (initialized()) current().destroy(id_);
-}
-
-void mutex::lock() {
-  operation op("mutex::lock");
-  auto s = state_of(id_);
+void mutex_lock(std::uint64_t id, const char* what) {
+  operation op(what);
+  auto s = state_of(id);
   {
     std::lock_guard lk(s->mu);
     if (s->held && s->owner_thread == std::this_thread::get_id())
-      detail::fail(MDSM_ERR_BUSY, "mutex::lock: mutex #", id_, " is already held by this thread; mdsm::mutex is not "
-                   "recursive (unlock it first)");
+      detail::fail(MDSM_ERR_BUSY, what, ": mutex ", id_text(id), " is already held by this thread; an mdsm mutex is "
+                   "not recursive (unlock it first)");
   }
   acquire_local_owner(*s);
   // Failing before the lock is ours (another rank destroyed it, a malformed grant): forget the
@@ -269,15 +346,15 @@ void mutex::lock() {
     services& sv = current();
     if (s->manager == sv.rank()) {
       // The manager asks the previous requester itself: that is whose answer it waits for.
-      if (s->last != sv.rank()) op.about("mutex", id_, s->last, "the rank that asked for it before, which passes it on");
-      else op.about("mutex", id_);
+      if (s->last != sv.rank()) op.about("mutex", id, s->last, "the rank that asked for it before, which passes it on");
+      else op.about("mutex", id);
       manager_request_locked(*s, sv.rank(), false, nullptr);
     } else {
-      op.about("mutex", id_, s->manager, "its manager, which passes the request to the holder");
-      send(s->manager, sv.h_mutex_request, payload_builder(id_, op_acquire).bytes(), annotation::request);
+      op.about("mutex", id, s->manager, "its manager, which passes the request to the holder");
+      send(s->manager, sv.h_mutex_request, payload_builder(id, op_acquire).bytes(), annotation::request);
     }
     lk.unlock();
-    take_arrived(*s, "mutex::lock");
+    take_arrived(*s, what);
     lk.lock();
     s->waiting = false;
     s->token = true;
@@ -286,9 +363,9 @@ void mutex::lock() {
   });
 }
 
-bool mutex::try_lock() {
-  operation op("mutex::try_lock");
-  auto s = state_of(id_);
+bool mutex_try_lock(std::uint64_t id, const char* what) {
+  operation op(what);
+  auto s = state_of(id);
   bool expected = false;
   if (!s->local_owner.compare_exchange_strong(expected, true, std::memory_order_acquire)) return false;
   const auto forget = [&] {
@@ -312,13 +389,13 @@ bool mutex::try_lock() {
     s->trying = true;
     s->try_result = 0;
     services& sv = current();
-    op.about("mutex", id_, s->manager, "its manager, which passes the request to the holder");
+    op.about("mutex", id, s->manager, "its manager, which passes the request to the holder");
     if (s->manager == sv.rank())
       manager_request_locked(*s, sv.rank(), true, nullptr);
     else
-      send(s->manager, sv.h_mutex_request, payload_builder(id_, op_try).bytes(), annotation::request);
+      send(s->manager, sv.h_mutex_request, payload_builder(id, op_try).bytes(), annotation::request);
     lk.unlock();
-    take_arrived(*s, "mutex::try_lock");
+    take_arrived(*s, what);
     lk.lock();
     const bool got = s->try_result == 1;
     s->trying = false;
@@ -334,12 +411,12 @@ bool mutex::try_lock() {
   });
 }
 
-void mutex::unlock() {
-  operation op("mutex::unlock", operation::releasing);
-  auto s = state_of(id_);
+void mutex_unlock(std::uint64_t id, const char* what) {
+  operation op(what, operation::releasing);
+  auto s = state_of(id);
   std::lock_guard lk(s->mu);
   if (!s->held)
-    detail::fail(MDSM_ERR_NOT_HELD, "mutex::unlock: mutex #", id_, " is not held by rank ", current().rank(),
+    detail::fail(MDSM_ERR_NOT_HELD, what, ": mutex ", id_text(id), " is not held by rank ", current().rank(),
                  "; unlock only a mutex this rank locked");
   s->held = false;
   if (s->lender >= 0) {
@@ -355,10 +432,59 @@ void mutex::unlock() {
   s->local_owner.store(false, std::memory_order_release);
 }
 
-bool mutex::held() const {
-  auto s = state_of(id_);
+bool mutex_held(std::uint64_t id) {
+  auto s = state_of(id);
   std::lock_guard lk(s->mu);
   return s->held;
 }
+
+}  // namespace mdsm::sync
+
+namespace mdsm {
+using namespace sync;
+
+// ---- the collective mutex --------------------------------------------------------------------
+
+mutex::mutex() : mutex(-1) {}
+
+mutex::mutex(int manager) {
+  operation op("mutex::mutex");
+  auto s = current().create<mutex_state>(kind::mutex, manager, 0, current().rank());
+  id_ = static_cast<std::uint32_t>(s->id);
+}
+
+mutex::~mutex() {
+  if (initialized()) current().destroy(id_);
+}
+
+void mutex::lock() { mutex_lock(id_, "mutex::lock"); }
+bool mutex::try_lock() { return mutex_try_lock(id_, "mutex::try_lock"); }
+void mutex::unlock() { mutex_unlock(id_, "mutex::unlock"); }
+bool mutex::held() const { return mutex_held(id_); }
+
+// ---- a handle's mutex ------------------------------------------------------------------------
+
+mutex_handle mutex_handle::create() {
+  operation op("mutex_handle::create", operation::non_blocking);
+  services& sv = current();
+  mutex_handle h;
+  h.id_ = sv.create_handle<mutex_state>(kind::mutex, sv.rank())->id;
+  return h;
+}
+
+void mutex_handle::destroy() const {
+  operation op("mutex_handle::destroy");
+  check_handle(id_, "mutex_handle::destroy");
+  current().destroy_handle(state_of(id_), "mutex_handle::destroy");
+}
+
+void mutex_handle::lock() const { mutex_lock(check_handle(id_, "mutex_handle::lock"), "mutex_handle::lock"); }
+bool mutex_handle::try_lock() const {
+  return mutex_try_lock(check_handle(id_, "mutex_handle::try_lock"), "mutex_handle::try_lock");
+}
+void mutex_handle::unlock() const {
+  mutex_unlock(check_handle(id_, "mutex_handle::unlock"), "mutex_handle::unlock");
+}
+bool mutex_handle::held() const { return mutex_held(check_handle(id_, "mutex_handle::held")); }
 
 }  // namespace mdsm

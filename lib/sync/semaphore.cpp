@@ -20,8 +20,9 @@ namespace {
 enum op : std::uint32_t { op_release = 1, op_acquire = 2, op_try = 3, op_plain = 4, op_none = 5 };
 
 struct semaphore_state final : object {
-  semaphore_state(std::uint32_t id_, kind k_, int manager_, long initial)
+  semaphore_state(std::uint64_t id_, kind k_, int manager_, long initial)
       : object(id_, k_, manager_), plain(initial) {}
+  semaphore_state(std::uint64_t id_, kind k_, int manager_, remote_copy) : object(id_, k_, manager_), plain(0) {}
   // Manager side (guarded by mu).
   long plain;                              // permits without consistency (the initial ones)
   std::deque<stored_message> permits;      // released permits, oldest first
@@ -46,8 +47,8 @@ struct semaphore_state final : object {
   }
 };
 
-std::shared_ptr<semaphore_state> state_of(std::uint32_t id) {
-  return current().find<semaphore_state>(id, kind::semaphore);
+std::shared_ptr<semaphore_state> state_of(std::uint64_t id) {
+  return current().use<semaphore_state>(id, kind::semaphore);
 }
 
 // The acquirer's side of an answer (mu held).
@@ -92,13 +93,14 @@ void request_locked(semaphore_state& s, int requester, bool is_try) {
     send(requester, sv.h_sem_grant, payload_builder(s.id, op_none).bytes(), annotation::none);
 }
 
-bool acquire_impl(operation& op, std::uint32_t id, bool is_try) {
+bool acquire_impl(operation& op, std::uint64_t id, bool is_try, const char* what) {
   auto s = state_of(id);
   services& sv = current();
   {
     std::lock_guard lk(s->mu);
     if (s->acquiring)
-      detail::fail(MDSM_ERR_BUSY, "semaphore #", id, ": another thread of rank ", sv.rank(), " is acquiring it");
+      detail::fail(MDSM_ERR_BUSY, what, ": semaphore ", id_text(id), ": another thread of rank ", sv.rank(),
+                   " is acquiring it");
     s->acquiring = true;
     s->result = 0;
   }
@@ -123,7 +125,7 @@ bool acquire_impl(operation& op, std::uint32_t id, bool is_try) {
     });
     {
       std::lock_guard lk(s->mu);
-      if (s->result == 0) s->fail_destroyed(is_try ? "semaphore::try_acquire" : "semaphore::acquire");
+      if (s->result == 0) s->fail_destroyed(what);
     }
     stored_message permit;
     bool ok;
@@ -142,7 +144,9 @@ bool acquire_impl(operation& op, std::uint32_t id, bool is_try) {
 }  // namespace
 
 void on_sem_release(message& m) {
-  auto s = state_of(std::get<header>(read_payload<>(m.payload())).id);
+  auto s = current().for_message<semaphore_state>(m, std::get<header>(read_payload<>(m.payload())).id,
+                                                  kind::semaphore, false);
+  if (!s) return;
   std::lock_guard lk(s->mu);
   if (is_manager_role(*s, m, current().rank())) {
     s->permits.push_back(m.store());
@@ -154,16 +158,38 @@ void on_sem_release(message& m) {
 
 void on_sem_acquire(message& m) {
   const auto [h] = read_payload<>(m.payload());
-  auto s = state_of(h.id);
+  auto s = current().for_message<semaphore_state>(m, h.id, kind::semaphore);
+  if (!s) return;
   std::lock_guard lk(s->mu);
   request_locked(*s, m.origin(), h.op == op_try);
 }
 
 void on_sem_grant(message& m) {
   const auto [h] = read_payload<>(m.payload());
-  auto s = state_of(h.id);
+  auto s = current().for_message<semaphore_state>(m, h.id, kind::semaphore);
+  if (!s) return;
   std::lock_guard lk(s->mu);
   granted_locked(*s, stored_message(), h.op == op_plain);
+}
+
+}  // namespace mdsm::sync
+
+namespace mdsm::sync {
+
+bool semaphore_acquire(std::uint64_t id, bool is_try, const char* what) {
+  operation op(what);
+  return acquire_impl(op, id, is_try, what);
+}
+
+void semaphore_release(std::uint64_t id, long n, const char* what) {
+  operation op(what, operation::non_blocking);
+  if (n < 0) detail::fail(MDSM_ERR_INVALID_ARGUMENT, what, ": n = ", n, " is negative");
+  services& sv = current();
+  // A handle's manager is in its id: a rank that only releases needs no state of its own.
+  const int manager = is_handle_id(id) ? static_cast<int>(handle_creator(id)) : state_of(id)->manager;
+  if (is_handle_id(id) && manager == sv.rank()) state_of(id);  // fails at once if destroyed
+  for (long i = 0; i < n; ++i)
+    send(manager, sv.h_sem_release, payload_builder(id, op_release).bytes(), annotation::release);
 }
 
 }  // namespace mdsm::sync
@@ -174,30 +200,40 @@ using namespace sync;
 semaphore::semaphore(long initial, int manager) {
   operation op("semaphore::semaphore");
   if (initial < 0) detail::fail(MDSM_ERR_INVALID_ARGUMENT, "semaphore: the initial count ", initial, " is negative");
-  id_ = current().create<semaphore_state>(kind::semaphore, manager, static_cast<std::uint64_t>(initial) << 1, initial)->id;
+  id_ = static_cast<std::uint32_t>(
+      current().create<semaphore_state>(kind::semaphore, manager, static_cast<std::uint64_t>(initial) << 1, initial)->id);
 }
 
 semaphore::~semaphore() {
   if (initialized()) current().destroy(id_);
 }
 
-void semaphore::acquire() {
-  operation op("semaphore::acquire");
-  acquire_impl(op, id_, false);
+void semaphore::acquire() { semaphore_acquire(id_, false, "semaphore::acquire"); }
+bool semaphore::try_acquire() { return semaphore_acquire(id_, true, "semaphore::try_acquire"); }
+void semaphore::release(long n) { semaphore_release(id_, n, "semaphore::release"); }
+
+semaphore_handle semaphore_handle::create(long initial) {
+  operation op("semaphore_handle::create", operation::non_blocking);
+  if (initial < 0)
+    detail::fail(MDSM_ERR_INVALID_ARGUMENT, "semaphore_handle::create: the initial count ", initial, " is negative");
+  semaphore_handle h;
+  h.id_ = current().create_handle<semaphore_state>(kind::semaphore, initial)->id;
+  return h;
 }
 
-bool semaphore::try_acquire() {
-  operation op("semaphore::try_acquire");
-  return acquire_impl(op, id_, true);
+void semaphore_handle::destroy() const {
+  operation op("semaphore_handle::destroy");
+  current().destroy_handle(state_of(check_handle(id_, "semaphore_handle::destroy")), "semaphore_handle::destroy");
 }
 
-void semaphore::release(long n) {
-  operation op("semaphore::release", operation::non_blocking);
-  if (n < 0) detail::fail(MDSM_ERR_INVALID_ARGUMENT, "semaphore::release: n = ", n, " is negative");
-  auto s = state_of(id_);
-  services& sv = current();
-  for (long i = 0; i < n; ++i)
-    send(s->manager, sv.h_sem_release, payload_builder(id_, op_release).bytes(), annotation::release);
+void semaphore_handle::acquire() const {
+  semaphore_acquire(check_handle(id_, "semaphore_handle::acquire"), false, "semaphore_handle::acquire");
+}
+bool semaphore_handle::try_acquire() const {
+  return semaphore_acquire(check_handle(id_, "semaphore_handle::try_acquire"), true, "semaphore_handle::try_acquire");
+}
+void semaphore_handle::release(long n) const {
+  semaphore_release(check_handle(id_, "semaphore_handle::release"), n, "semaphore_handle::release");
 }
 
 }  // namespace mdsm

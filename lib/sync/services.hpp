@@ -1,6 +1,13 @@
 // lib/sync: the coordination primitives, built only from the public message API (mdsm.hpp) so a
 // user can write their own the same way. This header is the shared plumbing: the table of live
-// objects, collective creation/destruction, and the handlers every primitive's messages use.
+// objects, collective creation/destruction, creation by one rank (handles) with lazy state and
+// destroy by any rank, and the handlers every primitive's messages use.
+//
+// Two ways to make an object, one state machine. A collective object (mdsm::mutex, ...) is made
+// by every rank at once; a handle's object (mdsm::mutex_handle, ...) by one rank, its creator and
+// manager, and by every other rank the first time that rank uses the handle (services::use). The
+// per-object state (mutex_state, ...) and its protocol do not know which way it was made; only
+// how the id and the manager are chosen and how the object is destroyed differ.
 //
 // Roles. Every object has a manager rank. Messages to a manager are sent fresh (source ==
 // origin); a manager that passes a RELEASE on does so with forward(), which keeps the handler id,
@@ -40,6 +47,21 @@
 namespace mdsm::sync {
 
 enum class kind : std::uint32_t { mutex = 1, semaphore, condition, barrier, queue };
+const char* kind_name(kind k) noexcept;
+
+// Object ids. Collective objects count from 0 in creation order (the same on every rank). A
+// handle's object carries its creator, which is also its manager:
+//   (creator + 1) << 32 | the creator's sequence number,
+// so the id is unique in the job without a collective step, 0 (the null handle) is never one, and
+// a manager tells a destroyed object of its own (sequence number given out, not in the table) from
+// a live one without keeping tombstones.
+inline bool is_handle_id(std::uint64_t id) noexcept { return (id >> 32) != 0; }
+inline std::uint64_t handle_creator(std::uint64_t id) noexcept { return (id >> 32) - 1; }
+inline std::uint32_t handle_sequence(std::uint64_t id) noexcept { return static_cast<std::uint32_t>(id); }
+// How an id reads in error messages: "#7" (collective) or "#3.12" (rank 3's 12th handle).
+std::string id_text(std::uint64_t id);
+// Constructor tag: the state a rank makes on first use of a handle whose manager is another rank.
+struct remote_copy {};
 
 // How long a wait on an object another rank destroyed may still complete before it fails
 // (object::abandoned): MDSM_DESTROY_GRACE_MS, default 10 s, read when the services start.
@@ -68,19 +90,26 @@ class object_mutex {
 
 // State common to every object; each primitive derives its own.
 struct object {
-  object(std::uint32_t id_, kind k_, int manager_) : id(id_), k(k_), manager(manager_) {}
+  object(std::uint64_t id_, kind k_, int manager_) : id(id_), k(k_), manager(manager_) {}
   virtual ~object() = default;
   // Why the object cannot be destroyed now (nullptr: it can). Called with `mu` held.
   virtual const char* busy_reason() const = 0;
   // Stored messages the object still holds at destruction (called with `mu` held); they are
-  // accepted, so no RELEASE is dropped.
+  // accepted, so no RELEASE is dropped (a handle's object, destroyed by a handler of its manager,
+  // discards them: nobody can acquire them any more).
   virtual void drain(std::vector<stored_message>& /*out*/) {}
+  // A handle's object, at its manager with `mu` held: rank `destroyer` asked to destroy it (no
+  // other destroy is under way). Ends, now or later, with services::end_destroy. The default
+  // decides from busy_reason() here; a mutex first asks the rank its token is at (mutex.cpp).
+  virtual void begin_destroy(int destroyer);
   // Another rank destroyed the object (it tells every rank before waiting for them). A wait of
   // this rank on it may still complete for a while (a barrier departure or a grant from a third
   // rank may be in flight when the notice arrives, on a loaded machine for long); once it has not
   // for g_destroyed_grace_ns, it is taken as never completing: the wait ends with
   // MDSM_ERR_BUSY (fail_destroyed) instead of hanging every rank.
+  // A handle's object that was destroyed (`gone`) is abandoned at once.
   bool abandoned() const noexcept {
+    if (gone.load(std::memory_order_acquire)) return true;
     if (destroyed_by.load(std::memory_order_acquire) < 0) return false;
     return now_ns() - destroyed_at_ns.load(std::memory_order_relaxed) >
            g_destroyed_grace_ns.load(std::memory_order_relaxed);
@@ -95,18 +124,29 @@ struct object {
     return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
         .count();
   }
-  const std::uint32_t id;
+  const std::uint64_t id;
   const kind k;
   const int manager;
   mutable object_mutex mu;
   std::atomic<int> destroyed_by{-1};
   std::atomic<std::int64_t> destroyed_at_ns{0};
+  // Handles only. The object was destroyed: it is out of this rank's table, and a wait on it
+  // ends with MDSM_ERR_INVALID_HANDLE (set by handlers, or by the manager's end_destroy).
+  std::atomic<bool> gone{false};
+  // Guarded by mu. Manager: the ranks that sent it anything (told when it is destroyed, so they
+  // drop their copies), and the rank whose destroy is under way (-1: none).
+  std::vector<bool> users;
+  int destroyer = -1;
+  // Guarded by mu. A destroy this rank asked for: 0 pending or none, else how it ended (services.cpp).
+  int destroy_result = 0;
+  std::string destroy_reason;
 };
 
 // The fixed prefix of every sync message payload.
 struct header {
-  std::uint32_t id;
+  std::uint64_t id;
   std::uint32_t op;
+  std::uint32_t pad;
 };
 // What a barrier arrival and departure carry after the header (barrier.cpp).
 struct barrier_arrival {
@@ -124,7 +164,7 @@ struct barrier_departure {
 // Builds a payload: the header, then trivially copyable fields, then optional bytes.
 class payload_builder {
  public:
-  payload_builder(std::uint32_t id, std::uint32_t op) { put(header{id, op}); }
+  payload_builder(std::uint64_t id, std::uint32_t op) { put(header{id, op, 0}); }
   template <class T>
   payload_builder& put(const T& v) {
     static_assert(std::is_trivially_copyable_v<T>);
@@ -201,10 +241,54 @@ class services {
   // waits for every rank before forgetting it.
   void destroy(std::uint32_t id) noexcept;
 
-  // The object with this id, or null (no error) if there is none here.
-  std::shared_ptr<object> find_if_present(std::uint32_t id) const;
+  // Creation by this rank alone (a handle's object): this rank is its manager; no message.
+  template <class T, class... Args>
+  std::shared_ptr<T> create_handle(kind k, Args&&... args) {
+    const std::uint64_t id = next_handle_id();
+    auto obj = std::make_shared<T>(id, k, rank_, std::forward<Args>(args)...);
+    obj->users.assign(static_cast<std::size_t>(size_), false);
+    publish(obj);
+    return obj;
+  }
+  // Destroy of a handle's object, by any rank (application thread): asks the manager, which
+  // destroys it if no rank uses it (else MDSM_ERR_BUSY, and the object stays as it was) and tells
+  // the ranks that used it. Use after destroy: MDSM_ERR_INVALID_HANDLE.
+  void destroy_handle(std::shared_ptr<object> o, const char* what);
+  // Manager, `o.mu` held: ends the destroy begun by object::begin_destroy (busy == nullptr: done;
+  // the object leaves the table and its stored messages are discarded; else it is `busy` on rank
+  // `where` and stays as it was).
+  void end_destroy(object& o, const char* busy, int where);
+
+  // The object an application thread operates on: a collective object, or a handle's object,
+  // made here on first use when another rank manages it. MDSM_ERR_INVALID_HANDLE for a handle of
+  // another kind, one whose object was destroyed, or one that never was (callers check null ids).
   template <class T>
-  std::shared_ptr<T> find(std::uint32_t id, kind k) const {
+  std::shared_ptr<T> use(std::uint64_t id, kind k) {
+    if (auto o = find_if_present(id); o && o->k == k && !o->gone.load(std::memory_order_acquire))
+      return std::static_pointer_cast<T>(o);
+    return std::static_pointer_cast<T>(use_slow(id, k, [](std::uint64_t i, kind kk, int manager) -> std::shared_ptr<object> {
+      return std::make_shared<T>(i, kk, manager, remote_copy{});
+    }));
+  }
+  // The object a message names, for its handler. A handle's object that is not here (destroyed)
+  // is answered instead: the message is disposed of, its origin told (its wait, or if `waited`
+  // is false its next call, fails with MDSM_ERR_INVALID_HANDLE), and null returned. A manager
+  // notes the sender as a user of a handle's object.
+  template <class T>
+  std::shared_ptr<T> for_message(message& m, std::uint64_t id, kind k, bool waited = true) {
+    return std::static_pointer_cast<T>(for_message_any(m, id, k, waited));
+  }
+
+  // Tells `rank` that the handle's object `id` it asked about was destroyed (its wait fails).
+  void tell_gone(std::uint64_t id, int rank);
+  // Drops this rank's copy of a handle's object (it was destroyed); a wait on it fails. Handlers
+  // and application threads, without the object's mu.
+  void forget(std::uint64_t id) { forget_here(id, false, nullptr); }
+
+  // The object with this id, or null (no error) if there is none here.
+  std::shared_ptr<object> find_if_present(std::uint64_t id) const;
+  template <class T>
+  std::shared_ptr<T> find(std::uint64_t id, kind k) const {
     return std::static_pointer_cast<T>(find_any(id, k));
   }
 
@@ -215,6 +299,7 @@ class services {
   handler_id h_barrier_arrive, h_barrier_depart;
   handler_id h_queue_push, h_queue_pop, h_queue_reply;
   handler_id h_destroyed;
+  handler_id h_handle;  // a handle's lifetime: destroy request and result, gone, forget (services.cpp)
 
   int rank() const noexcept { return rank_; }
   int size() const noexcept { return size_; }
@@ -226,13 +311,25 @@ class services {
   int resolve_manager(int manager, std::uint32_t id) const;
   void publish(std::shared_ptr<object> obj);
   void agree(std::uint32_t id, kind k, int manager, std::uint64_t extra_check);
-  std::shared_ptr<object> find_any(std::uint32_t id, kind k) const;
+  std::shared_ptr<object> find_any(std::uint64_t id, kind k) const;
+  std::uint64_t next_handle_id();
+  using make_fn = std::shared_ptr<object> (*)(std::uint64_t id, kind k, int manager);
+  std::shared_ptr<object> use_slow(std::uint64_t id, kind k, make_fn make);
+  std::shared_ptr<object> for_message_any(message& m, std::uint64_t id, kind k, bool waited);
+  void on_handle(message& m);
+  void start_destroy(object& o, int destroyer);  // o.mu held
+  void destroy_result(object& o, int destroyer, int result, std::string_view reason);  // o.mu held
+  void forget_here(std::uint64_t id, bool only_if_idle, const char* later_error);
 
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0, size_ = 0;
   std::uint32_t next_id_ = 0;  // application thread (creation is collective)
+  std::atomic<std::uint32_t> next_handle_seq_{0};  // any application thread
   mutable std::mutex table_mu_;
-  std::unordered_map<std::uint32_t, std::shared_ptr<object>> table_;
+  std::unordered_map<std::uint64_t, std::shared_ptr<object>> table_;
+  // Handles whose destroy this rank asked for, where the manager's answer lands (the object may
+  // have left table_ meanwhile, e.g. this rank held the mutex token that the destroy retired).
+  std::unordered_map<std::uint64_t, std::shared_ptr<object>> destroying_;
 };
 
 // The services of the running mdsm session; throws MDSM_ERR_NOT_INITIALIZED outside one.
@@ -247,6 +344,20 @@ inline bool is_manager_role(const object& o, const message& m, int me) {
 
 // Fails with `code` and a message when a blocking primitive is used from a handler.
 void require_application_thread(const char* what);
+
+// A handle's id, checked before use: MDSM_ERR_INVALID_HANDLE for the null handle (0) and for a
+// value that is no handle's id.
+std::uint64_t check_handle(std::uint64_t id, const char* what);
+
+// The operations of each primitive on an object id, for the collective classes and the handles
+// alike (`what` names the public call in errors).
+void mutex_lock(std::uint64_t id, const char* what);
+bool mutex_try_lock(std::uint64_t id, const char* what);
+void mutex_unlock(std::uint64_t id, const char* what);
+bool mutex_held(std::uint64_t id);
+bool semaphore_acquire(std::uint64_t id, bool is_try, const char* what);
+void semaphore_release(std::uint64_t id, long n, const char* what);
+void condition_wait(std::uint64_t id, std::uint64_t mutex_id, const char* what);
 
 // Every coordination call (and collective creation) runs as one operation. An error a handler
 // recorded earlier (lib/common/deferred.hpp) is thrown when the operation starts, before it
@@ -273,7 +384,7 @@ class operation {
 
   // The object the operation is about to wait on, the rank whose answer it waits for (-1: none)
   // and that rank's role; `detail` adds what only the report needs. May be called again.
-  void about(const char* object, std::uint32_t id, int peer = -1, const char* peer_role = nullptr,
+  void about(const char* object, std::uint64_t id, int peer = -1, const char* peer_role = nullptr,
              std::string (*detail)(const void*) = nullptr, const void* detail_ctx = nullptr) {
     const detail::wait_subject* outer = named_ ? named_subject_.s.outer : detail::t_wait_subject;
     std::construct_at(&named_subject_.s, detail::wait_subject{what_, object, id, peer, peer_role, detail, detail_ctx, outer});

@@ -216,6 +216,17 @@ int describe(context& c, MPI_Comm comm, const void* buf, int count, MPI_Datatype
   return MPI_SUCCESS;
 }
 
+int wait_one(const detail::runtime& rt, MPI_Request* req, MPI_Status* status) {
+  if (may_block(rt)) return PMPI_Wait(req, status);
+  int rc = MPI_SUCCESS;
+  rt.progress->wait_until([&] {
+    int flag = 0;
+    rc = PMPI_Test(req, &flag, status);
+    return flag != 0 || rc != MPI_SUCCESS;
+  });
+  return rc;
+}
+
 void set_received_bytes(MPI_Status* status, MPI_Count bytes) {
   // Open MPI keeps a status's count in bytes: counts and elements for any datatype follow from
   // it exactly as for the data message itself (test/mpi_ext checks derived types).
@@ -316,6 +327,8 @@ int send(context& c, send_op& op, const void* buf, int count, MPI_Datatype type,
     }
   }
   int rc;
+  // Blocking modes block inside MPI only while the progress thread serves this rank.
+  const bool blocking = mode != send_mode::nonblocking && may_block(*c.rt);
   const bool copy = b.contiguous && b.bytes <= copy_max();
   if (copy || !real_dest || count == 0) {
     // Header and data in one buffer (per thread for blocking sends: MPI is done with it on return).
@@ -326,20 +339,34 @@ int send(context& c, send_op& op, const void* buf, int count, MPI_Datatype type,
     if (b.bytes != 0) std::memcpy(out.data() + sizeof(header), b.lo, b.bytes);
     const int n = static_cast<int>(out.size());
     switch (mode) {
-      case send_mode::standard: rc = PMPI_Send(out.data(), n, MPI_BYTE, dest, tag, comm); break;
-      case send_mode::synchronous: rc = PMPI_Ssend(out.data(), n, MPI_BYTE, dest, tag, comm); break;
+      case send_mode::standard:
+        rc = blocking ? PMPI_Send(out.data(), n, MPI_BYTE, dest, tag, comm)
+                      : PMPI_Isend(out.data(), n, MPI_BYTE, dest, tag, comm, &op.req[0]);
+        break;
+      case send_mode::synchronous:
+        rc = blocking ? PMPI_Ssend(out.data(), n, MPI_BYTE, dest, tag, comm)
+                      : PMPI_Issend(out.data(), n, MPI_BYTE, dest, tag, comm, &op.req[0]);
+        break;
       default: rc = PMPI_Isend(out.data(), n, MPI_BYTE, dest, tag, comm, &op.req[0]); break;
     }
   } else {
     op.type = header_and(&op.h, buf, count, type);
     switch (mode) {
-      case send_mode::standard: rc = PMPI_Send(MPI_BOTTOM, 1, op.type, dest, tag, comm); break;
-      case send_mode::synchronous: rc = PMPI_Ssend(MPI_BOTTOM, 1, op.type, dest, tag, comm); break;
+      case send_mode::standard:
+        rc = blocking ? PMPI_Send(MPI_BOTTOM, 1, op.type, dest, tag, comm)
+                      : PMPI_Isend(MPI_BOTTOM, 1, op.type, dest, tag, comm, &op.req[0]);
+        break;
+      case send_mode::synchronous:
+        rc = blocking ? PMPI_Ssend(MPI_BOTTOM, 1, op.type, dest, tag, comm)
+                      : PMPI_Issend(MPI_BOTTOM, 1, op.type, dest, tag, comm, &op.req[0]);
+        break;
       default: rc = PMPI_Isend(MPI_BOTTOM, 1, op.type, dest, tag, comm, &op.req[0]); break;
     }
   }
+  if (mode != send_mode::nonblocking && rc == MPI_SUCCESS && op.req[0] != MPI_REQUEST_NULL)
+    rc = wait_one(*c.rt, &op.req[0], MPI_STATUS_IGNORE);
   if (mode != send_mode::nonblocking && op.req[1] != MPI_REQUEST_NULL) {
-    const int side = PMPI_Wait(&op.req[1], MPI_STATUS_IGNORE);
+    const int side = wait_one(*c.rt, &op.req[1], MPI_STATUS_IGNORE);
     if (rc == MPI_SUCCESS && side != MPI_SUCCESS) {
       PMPI_Comm_call_errhandler(comm, side);
       rc = side;
@@ -372,12 +399,16 @@ int post_recv(recv_op& op, bool block) {
     if (block) op.packed.swap(t_recv_scratch);
     op.packed.resize(sizeof(header) + op.b.bytes);
     const int n = static_cast<int>(op.packed.size());
-    if (block) op.rc = PMPI_Recv(op.packed.data(), n, MPI_BYTE, op.source, op.tag, op.comm, &op.status);
-    else op.rc = PMPI_Irecv(op.packed.data(), n, MPI_BYTE, op.source, op.tag, op.comm, &op.req);
+    if (block && may_block(*op.c.rt))
+      op.rc = PMPI_Recv(op.packed.data(), n, MPI_BYTE, op.source, op.tag, op.comm, &op.status);
+    else
+      op.rc = PMPI_Irecv(op.packed.data(), n, MPI_BYTE, op.source, op.tag, op.comm, &op.req);
   } else {
     op.stype = header_and(&op.h, op.buf, op.count, op.type);
-    if (block) op.rc = PMPI_Recv(MPI_BOTTOM, 1, op.stype, op.source, op.tag, op.comm, &op.status);
-    else op.rc = PMPI_Irecv(MPI_BOTTOM, 1, op.stype, op.source, op.tag, op.comm, &op.req);
+    if (block && may_block(*op.c.rt))
+      op.rc = PMPI_Recv(MPI_BOTTOM, 1, op.stype, op.source, op.tag, op.comm, &op.status);
+    else
+      op.rc = PMPI_Irecv(MPI_BOTTOM, 1, op.stype, op.source, op.tag, op.comm, &op.req);
   }
   return op.rc;
 }
@@ -444,8 +475,10 @@ void start_side_channel(recv_op& op, bool block) {
   const int n = static_cast<int>(op.cinfo.size());
   const int tag = static_cast<int>(op.h.cinfo_tag);
   int rc;
-  if (block) rc = PMPI_Recv(op.cinfo.data(), n, MPI_BYTE, peer, tag, op.c.rt->mpi_ext_comm, MPI_STATUS_IGNORE);
-  else rc = PMPI_Irecv(op.cinfo.data(), n, MPI_BYTE, peer, tag, op.c.rt->mpi_ext_comm, &op.req);
+  if (block && may_block(*op.c.rt))
+    rc = PMPI_Recv(op.cinfo.data(), n, MPI_BYTE, peer, tag, op.c.rt->mpi_ext_comm, MPI_STATUS_IGNORE);
+  else
+    rc = PMPI_Irecv(op.cinfo.data(), n, MPI_BYTE, peer, tag, op.c.rt->mpi_ext_comm, &op.req);
   if (rc != MPI_SUCCESS) {
     op.rc = rc;
     PMPI_Comm_call_errhandler(op.comm, rc);
@@ -511,7 +544,7 @@ bool advance(recv_op& op, bool block) {
       case recv_op::stage::data: {
         if (op.req != MPI_REQUEST_NULL) {  // nonblocking: a posted receive
           int flag = 1;
-          const int rc = block ? PMPI_Wait(&op.req, &op.status) : PMPI_Test(&op.req, &flag, &op.status);
+          const int rc = block ? wait_one(*op.c.rt, &op.req, &op.status) : PMPI_Test(&op.req, &flag, &op.status);
           if (!flag) return false;
           if (rc != MPI_SUCCESS) op.rc = rc;
         }
@@ -528,7 +561,8 @@ bool advance(recv_op& op, bool block) {
       case recv_op::stage::cinfo: {
         if (op.req != MPI_REQUEST_NULL) {
           int flag = 1;
-          const int rc = block ? PMPI_Wait(&op.req, MPI_STATUS_IGNORE) : PMPI_Test(&op.req, &flag, MPI_STATUS_IGNORE);
+          const int rc =
+              block ? wait_one(*op.c.rt, &op.req, MPI_STATUS_IGNORE) : PMPI_Test(&op.req, &flag, MPI_STATUS_IGNORE);
           if (!flag) return false;
           if (rc != MPI_SUCCESS) {
             if (op.rc == MPI_SUCCESS) op.rc = rc;
@@ -595,6 +629,7 @@ mdsm::detail::runtime* fast_eligible(const void* buf, int count, MPI_Datatype ty
   } catch (const mdsm::error&) {  // not initialized, or a handler's error to report
     return nullptr;
   }
+  if (!may_block(*rt)) return nullptr;
   const auto& region = rt->engine->region();
   const std::byte* lo = static_cast<const std::byte*>(buf);
   if (bytes != 0 && (region.contains(lo) || region.contains(lo + bytes - 1) ||
@@ -730,7 +765,8 @@ int MDSM_Sendrecv(const void* sendbuf, int sendcount, MPI_Datatype sendtype, int
       return rc;
   }
   int rc = MDSM_Recv(recvbuf, recvcount, recvtype, source, recvtag, comm, status);
-  const int sent = PMPI_Waitall(2, out.req, MPI_STATUSES_IGNORE);
+  int sent = wait_one(*c.rt, &out.req[0], MPI_STATUS_IGNORE);
+  if (const int side = wait_one(*c.rt, &out.req[1], MPI_STATUS_IGNORE); sent == MPI_SUCCESS) sent = side;
   return rc != MPI_SUCCESS ? rc : sent;
 }
 

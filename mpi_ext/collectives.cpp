@@ -19,7 +19,10 @@ constexpr int k_tag_bcast = 3;   // root -> receiver: RELEASE
 // same collective call).
 int coll_comm(context& c, MPI_Comm comm, MPI_Comm& out) {
   if (c.cs->coll == MPI_COMM_NULL) {
-    if (const int rc = PMPI_Comm_dup(comm, &c.cs->coll); rc != MPI_SUCCESS) return rc;
+    // Nonblocking: another member may fault on a unit of ours before it gets here.
+    MPI_Request req = MPI_REQUEST_NULL;
+    if (const int rc = PMPI_Comm_idup(comm, &c.cs->coll, &req); rc != MPI_SUCCESS) return rc;
+    if (const int rc = wait_one(*c.rt, &req, MPI_STATUS_IGNORE); rc != MPI_SUCCESS) return rc;
     PMPI_Comm_set_errhandler(c.cs->coll, MPI_ERRORS_RETURN);
   }
   out = c.cs->coll;
@@ -104,6 +107,17 @@ int before_collective(MPI_Comm comm, const char* call, const void* sendbuf, int 
   return MPI_SUCCESS;
 }
 
+// MPI's collective: blocking inside MPI where that is allowed (ext.hpp, may_block), else its
+// nonblocking form, waited for while mdsm's frames are delivered.
+template <class Blocking, class Nonblocking>
+int mpi_collective(Blocking blocking, Nonblocking nonblocking) {
+  const detail::runtime& rt = detail::rt();
+  if (may_block(rt)) return blocking();
+  MPI_Request req = MPI_REQUEST_NULL;
+  if (const int rc = nonblocking(&req); rc != MPI_SUCCESS) return rc;
+  return wait_one(rt, &req, MPI_STATUS_IGNORE);
+}
+
 int rank_in(MPI_Comm comm) {
   int r = 0;
   PMPI_Comm_rank(comm, &r);
@@ -147,7 +161,8 @@ int MDSM_Bcast(void* buf, int count, MPI_Datatype type, int root, MPI_Comm comm)
   }
   buffer b;
   if (const int rc = describe(c, comm, buf, count, type, rank != root, b, k_call); rc != MPI_SUCCESS) return rc;
-  return PMPI_Bcast(buf, count, type, root, comm);
+  return mpi_collective([&] { return PMPI_Bcast(buf, count, type, root, comm); },
+                        [&](MPI_Request* r) { return PMPI_Ibcast(buf, count, type, root, comm, r); });
 }
 
 int MDSM_Reduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype type, MPI_Op op, int root,
@@ -156,14 +171,16 @@ int MDSM_Reduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype type
                                        rank_in(comm) == root);
       rc != MPI_SUCCESS)
     return rc;
-  return PMPI_Reduce(sendbuf, recvbuf, count, type, op, root, comm);
+  return mpi_collective([&] { return PMPI_Reduce(sendbuf, recvbuf, count, type, op, root, comm); },
+                        [&](MPI_Request* r) { return PMPI_Ireduce(sendbuf, recvbuf, count, type, op, root, comm, r); });
 }
 
 int MDSM_Allreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype type, MPI_Op op, MPI_Comm comm) {
   if (const int rc = before_collective(comm, "MDSM_Allreduce", sendbuf, count, type, recvbuf, count, type, true);
       rc != MPI_SUCCESS)
     return rc;
-  return PMPI_Allreduce(sendbuf, recvbuf, count, type, op, comm);
+  return mpi_collective([&] { return PMPI_Allreduce(sendbuf, recvbuf, count, type, op, comm); },
+                        [&](MPI_Request* r) { return PMPI_Iallreduce(sendbuf, recvbuf, count, type, op, comm, r); });
 }
 
 int MDSM_Gather(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf, int recvcount,
@@ -172,7 +189,11 @@ int MDSM_Gather(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void*
                                        recvcount * comm_size(comm), recvtype, rank_in(comm) == root);
       rc != MPI_SUCCESS)
     return rc;
-  return PMPI_Gather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm);
+  return mpi_collective(
+      [&] { return PMPI_Gather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm); },
+      [&](MPI_Request* r) {
+        return PMPI_Igather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm, r);
+      });
 }
 
 int MDSM_Allgather(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf, int recvcount,
@@ -181,7 +202,9 @@ int MDSM_Allgather(const void* sendbuf, int sendcount, MPI_Datatype sendtype, vo
                                        recvcount * comm_size(comm), recvtype, true);
       rc != MPI_SUCCESS)
     return rc;
-  return PMPI_Allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
+  return mpi_collective(
+      [&] { return PMPI_Allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm); },
+      [&](MPI_Request* r) { return PMPI_Iallgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, r); });
 }
 
 }  // extern "C"

@@ -145,6 +145,14 @@ void recv_blocking(recv_op& op);
 // Moves the receive on; with `block` to the end. True once done (op.rc tells how it ended).
 bool advance(recv_op& op, bool block);
 
+// Blocking inside MPI is allowed only while the progress thread serves this rank (it runs and is
+// not paused): otherwise a rank blocked in MPI would answer no page or diff request, and a peer
+// faulting before it sends the awaited message would wait forever.
+inline bool may_block(const detail::runtime& rt) { return rt.progress->serving(); }
+// Waits for one MPI request: inside MPI when may_block, else by testing it from
+// net::progress::wait_until, which delivers mdsm's frames meanwhile. Returns MPI's code.
+int wait_one(const detail::runtime& rt, MPI_Request* req, MPI_Status* status);
+
 // The size of a predefined datatype most messages use (contiguous, lower bound 0, extent =
 // size), found without asking MPI; 0 for any other datatype.
 int named_size(MPI_Datatype type);

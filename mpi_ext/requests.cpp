@@ -24,6 +24,7 @@ struct request {
   recv_op recv;
   MPI_Request greq = MPI_REQUEST_NULL;
   MPI_Comm comm = MPI_COMM_NULL;
+  const detail::runtime* rt = nullptr;
   MPI_Status status{};    // reported by query()
   int rc = MPI_SUCCESS;   // how it ended
   bool finished = false;  // MPI_Grequest_complete was called (guarded by mu)
@@ -69,9 +70,13 @@ std::shared_ptr<request> find(MPI_Request req) {
 bool advance(request& r, bool block) {
   if (r.finished) return true;
   if (r.is_send) {
-    int flag = 1;
-    const int rc = block ? PMPI_Waitall(2, r.send.req, MPI_STATUSES_IGNORE)
-                         : PMPI_Testall(2, r.send.req, &flag, MPI_STATUSES_IGNORE);
+    int flag = 1, rc = MPI_SUCCESS;
+    if (block) {
+      rc = wait_one(*r.rt, &r.send.req[0], MPI_STATUS_IGNORE);
+      if (const int side = wait_one(*r.rt, &r.send.req[1], MPI_STATUS_IGNORE); rc == MPI_SUCCESS) rc = side;
+    } else {
+      rc = PMPI_Testall(2, r.send.req, &flag, MPI_STATUSES_IGNORE);
+    }
     if (!flag) return false;
     r.rc = rc;
     r.status = MPI_Status{};
@@ -115,6 +120,35 @@ int start(context& c, const std::shared_ptr<request>& r, MPI_Request* out) {
   g_requests.pending.fetch_add(1, std::memory_order_relaxed);
   *out = r->greq;
   return MPI_SUCCESS;
+}
+
+// The runtime, if mdsm is up (plain requests may be waited for without it).
+const detail::runtime* runtime_if_up() {
+  if (!mdsm::initialized()) return nullptr;
+  try {
+    return &detail::rt();
+  } catch (const error&) {
+    return nullptr;
+  }
+}
+
+// MPI_Wait / MPI_Waitall on plain (or finished) requests, serving mdsm meanwhile when blocking
+// inside MPI is not allowed (ext.hpp, may_block).
+int wait_plain(MPI_Request* req, MPI_Status* status) {
+  const detail::runtime* rt = runtime_if_up();
+  return rt ? wait_one(*rt, req, status) : PMPI_Wait(req, status);
+}
+
+int wait_plain_all(int count, MPI_Request reqs[], MPI_Status statuses[]) {
+  const detail::runtime* rt = runtime_if_up();
+  if (rt == nullptr || may_block(*rt)) return PMPI_Waitall(count, reqs, statuses);
+  int rc = MPI_SUCCESS;
+  rt->progress->wait_until([&] {
+    int flag = 0;
+    rc = PMPI_Testall(count, reqs, &flag, statuses);
+    return flag != 0 || rc != MPI_SUCCESS;
+  });
+  return rc;
 }
 
 // Finishes every MDSM request among reqs (blocking) or moves them on (not).
@@ -181,6 +215,7 @@ int MDSM_Isend(const void* buf, int count, MPI_Datatype type, int dest, int tag,
   if (c.rc != MPI_SUCCESS) return c.rc;
   auto r = std::make_shared<mdsm::mpi_ext::request>();
   r->is_send = true;
+  r->rt = c.rt;
   r->comm = comm;
   if (const int rc = send(c, r->send, buf, count, type, dest, tag, comm, a, send_mode::nonblocking);
       rc != MPI_SUCCESS)
@@ -195,6 +230,7 @@ int MDSM_Irecv(void* buf, int count, MPI_Datatype type, int source, int tag, MPI
   r->comm = comm;
   if (const int rc = prepare_recv(op, buf, count, type, source, tag, comm, "MDSM_Irecv"); rc != MPI_SUCCESS) return rc;
   if (const int rc = post_recv(op, false); rc != MPI_SUCCESS) return rc;
+  r->rt = op.c.rt;
   return start(op.c, r, request);
 }
 
@@ -207,7 +243,7 @@ int MDSM_Wait(MPI_Request* request, MPI_Status* status) {
     advance(*r, true);
     r->report_error.store(false);
   }
-  const int rc = PMPI_Wait(request, status);
+  const int rc = wait_plain(request, status);
   return outcome(r, rc);
 }
 
@@ -228,7 +264,7 @@ int MDSM_Waitall(int count, MPI_Request requests[], MPI_Status statuses[]) {
     return raise(MPI_COMM_WORLD, errc::not_initialized, "MDSM_Waitall: called from a message handler (it blocks)");
   advance_all(count, requests, true);
   const auto mine = take_errors(count, requests);
-  const int rc = PMPI_Waitall(count, requests, statuses);
+  const int rc = wait_plain_all(count, requests, statuses);
   return outcome_all(mine, rc, count, statuses);
 }
 

@@ -97,10 +97,12 @@ void progress::start_thread() {
   if (!cfg_.thread || thread_.joinable()) return;
   stop_.store(false);
   thread_ = std::thread([this] { thread_main(); });
+  running_.store(true, std::memory_order_release);
 }
 
 void progress::stop_thread() {
   if (!thread_.joinable()) return;
+  running_.store(false, std::memory_order_release);
   stop_.store(true, std::memory_order_seq_cst);
   transport_.bells().wake_own();
   thread_.join();

@@ -125,6 +125,12 @@ class progress {
 
   void set_hooks(const wait_hooks& hooks) { hooks_ = hooks; }
 
+  // True while the progress thread runs and is not paused: this rank's frames are delivered even
+  // while all its application threads are blocked outside mdsm (inside an MPI call, say).
+  bool serving() const noexcept {
+    return running_.load(std::memory_order_acquire) && !paused_.load(std::memory_order_acquire);
+  }
+
   // A task the progress thread runs on every turn of its loop (parked or not) once set: it
   // finishes work nobody waits for in mdsm (mpi_ext's requests completed by a plain MPI_Wait).
   // It must return at once when it has nothing to do. Set once, before or while the thread runs.
@@ -196,6 +202,7 @@ class progress {
   std::atomic<std::uint64_t> waits_entered_{0};  // waits ever begun: has the application been in mdsm?
   std::atomic<bool> stop_{false};
   std::atomic<bool> paused_{false};
+  std::atomic<bool> running_{false};  // the progress thread was started and not stopped
   std::atomic<bool> parked_{false};  // the thread is in park(): it sleeps on its doorbell word
   std::uint64_t long_wait_ticks_;    // sleep_max in ticks
   std::uint64_t deadline_ticks_;     // wait_deadline in ticks; 0: none

@@ -5,6 +5,7 @@
 
 #include <mdsm/mdsm_mpi.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <numeric>
 #include <string>
@@ -148,8 +149,11 @@ TEST_CASE("mpi_ext: nonblocking calls completed by every wait and test form", "[
   const int me = mdsm::rank(), n = mdsm::size();
   int* data = mdsm::alloc_collective_array<int>(k_ints);
   // Forms: 0 MDSM_Wait, 1 MDSM_Test loop, 2 MDSM_Waitall, 3 MDSM_Waitany, 4 MDSM_Testall,
-  // 5 plain MPI_Wait (finished by the progress thread), 6 plain MPI_Test loop.
-  for (int form = 0; form < 7; ++form) {
+  // 5 plain MPI_Wait (finished by the progress thread), 6 plain MPI_Test loop. Without a
+  // progress thread nothing finishes a request that a plain MPI call waits for (docs/MPI.md).
+  const char* thread_env = std::getenv("MDSM_PROGRESS_THREAD");
+  const int forms = thread_env != nullptr && std::string(thread_env) == "0" ? 5 : 7;
+  for (int form = 0; form < forms; ++form) {
     if (me == 0) {
       for (std::size_t i = 0; i < k_ints; ++i) data[i] = value(form, i);
       std::vector<MPI_Request> reqs(static_cast<std::size_t>(n - 1));

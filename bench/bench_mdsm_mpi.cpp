@@ -143,13 +143,22 @@ std::map<std::string, double> targets() {
 
 void print_summary(const mdsm_bench::ratio_reporter& r) {
   std::printf("\nratio to the baseline per size (median of per-round ratios)\n");
-  std::printf("%-8s %12s %9s %9s %17s %17s\n", "size", "MPI_progress", "NONE", "RELEASE", "RELEASE_coherent",
-              "RELEASE_coh_recv");
+  const char* columns[][2] = {{"roundtrip/", "MPI_progress"},
+                               {"roundtrip/", "NONE"},
+                               {"roundtrip/", "RELEASE"},
+                               {"coherent/", "RELEASE_coherent"},
+                               {"coherent/", "RELEASE_coh_recv"}};
+  std::printf("%-8s", "size");
+  for (const auto& c : columns) std::printf(" %17s", c[1]);
+  std::printf("\n");
   for (long bytes : k_sizes) {
-    const std::string rt = "roundtrip/" + size_name(bytes), co = "coherent/" + size_name(bytes);
-    std::printf("%-8s %11.3fx %8.3fx %8.3fx %16.3fx %16.3fx\n", size_name(bytes).c_str(), r.ratio(rt, "MPI_progress"),
-                r.ratio(rt, "NONE"), r.ratio(rt, "RELEASE"), r.ratio(co, "RELEASE_coherent"),
-                r.ratio(co, "RELEASE_coh_recv"));
+    std::printf("%-8s", size_name(bytes).c_str());
+    for (const auto& c : columns) {
+      const double x = r.ratio(c[0] + size_name(bytes), c[1]);
+      if (x > 0) std::printf(" %16.3fx", x);
+      else std::printf(" %17s", "-");  // not run (--benchmark_filter)
+    }
+    std::printf("\n");
   }
   std::fflush(stdout);
 }

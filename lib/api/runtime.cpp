@@ -50,6 +50,9 @@ runtime::~runtime() {
   messages::set_current(nullptr);
   if (progress) progress->stop_thread();
   allocator.reset();
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (mpi_ext_comm != MPI_COMM_NULL && !finalized) PMPI_Comm_free(&mpi_ext_comm);
   endpoint.reset();
   engine.reset();
   progress.reset();
@@ -96,7 +99,7 @@ void init(MPI_Comm comm, const options& opts) {
   if (provided < MPI_THREAD_MULTIPLE)
     detail::fail(MDSM_ERR_THREAD_LEVEL, "init: MPI was initialized with thread level ", provided,
                  "; mdsm needs MPI_THREAD_MULTIPLE (", MPI_THREAD_MULTIPLE,
-                 "): initialize MPI with PMPI_Init_thread(..., MPI_THREAD_MULTIPLE, ...)");
+                 "): initialize MPI with MPI_Init_thread(..., MPI_THREAD_MULTIPLE, ...)");
   detail::clear_deferred();
   stats::reset();  // statistics describe one init..finalize session
 
@@ -146,6 +149,9 @@ void init(MPI_Comm comm, const options& opts) {
   r->endpoint = std::make_unique<messages::endpoint>(*r->transport, *r->progress, *r->engine);
   messages::set_current(r->endpoint.get());
   r->allocator = std::make_unique<regions::coherent_allocator>(*r->engine, *r->endpoint);
+  PMPI_Comm_dup(comm, &r->mpi_ext_comm);
+  MPI_Comm_set_errhandler(r->mpi_ext_comm, MPI_ERRORS_RETURN);
+  r->user_comm = comm;
   r->progress->start_thread();
   detail::g_runtime = std::move(r);
   // lib/sync registers its handlers through the public API, so it comes up last.

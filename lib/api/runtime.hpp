@@ -36,6 +36,11 @@ struct runtime {
   std::unique_ptr<messages::endpoint> endpoint;
   std::unique_ptr<regions::coherent_allocator> allocator;
   std::unique_ptr<sync::services> sync;  // built last, over the public API
+  // mpi_ext's side channel: a duplicate of the communicator mdsm was initialized over (ranks are
+  // mdsm ranks), carrying the consistency information of annotated MPI messages.
+  MPI_Comm mpi_ext_comm = MPI_COMM_NULL;
+  // The communicator mdsm was initialized over (the user's handle, not a duplicate).
+  MPI_Comm user_comm = MPI_COMM_NULL;
   ~runtime();
 };
 

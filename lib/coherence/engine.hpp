@@ -85,6 +85,12 @@ class engine {
   bool all_acquires_done() const noexcept { return incomplete_acquires_.load(std::memory_order_acquire) == 0; }
   void wait_all_acquires();
 
+  // ---- buffers handed to MPI (used by mpi_ext) -----------------------------------------------
+  // Application thread, not a handler: makes every unit that [p, p+len) touches valid, and with
+  // `write` also writable (twinned), as a fault on each would, so that MPI can read (write) the
+  // range without faulting inside its own progress. False if a unit is not allocated.
+  bool prepare_access(const void* p, std::size_t len, bool write);
+
   // ---- the region (used by lib/regions) -------------------------------------------------
   region_map& region() noexcept { return region_; }
   // Units [first, first+count) now hold an allocation made by this rank (or collectively).

@@ -321,6 +321,15 @@ bool engine::validate(std::uint32_t u, access how) {
   }
 }
 
+bool engine::prepare_access(const void* p, std::size_t len, bool write) {
+  if (len == 0) return true;
+  const std::uint32_t first = region_.unit_of(p);
+  const std::uint32_t last = region_.unit_of(static_cast<const std::byte*>(p) + len - 1);
+  for (std::uint32_t u = first; u <= last; ++u)
+    if (!validate(u, write ? access::write : access::read)) return false;
+  return true;
+}
+
 bool engine::on_fault(const os::fault_info& f) {
   if (!region_.contains(f.addr)) return false;
   char text[512];

@@ -215,6 +215,13 @@ void progress::thread_main() {
   std::uint64_t nap = cfg_.sleep_min_ns;
   std::uint64_t park_nap = cfg_.sleep_max_ns;
   while (!stop_.load(std::memory_order_acquire)) {
+    if (auto* fn = background_.load(std::memory_order_acquire)) {
+      try {
+        fn(background_ctx_.load(std::memory_order_relaxed));
+      } catch (const error& e) {
+        detail::defer_error(e);
+      }
+    }
     if (stand_aside()) {
       // An application thread is polling for itself (or the program paused us).
       park(park_nap);

@@ -125,6 +125,14 @@ class progress {
 
   void set_hooks(const wait_hooks& hooks) { hooks_ = hooks; }
 
+  // A task the progress thread runs on every turn of its loop (parked or not) once set: it
+  // finishes work nobody waits for in mdsm (mpi_ext's requests completed by a plain MPI_Wait).
+  // It must return at once when it has nothing to do. Set once, before or while the thread runs.
+  void set_background(void (*fn)(void*), void* ctx) {
+    background_ctx_.store(ctx, std::memory_order_relaxed);
+    background_.store(fn, std::memory_order_release);
+  }
+
  private:
   struct waiter_guard {
     explicit waiter_guard(progress& p) : p_(p), start_(stats::timing() ? stats::ticks() : 0) {}
@@ -194,6 +202,8 @@ class progress {
   std::thread thread_;
   std::string pinning_ = "no progress thread";
   wait_hooks hooks_;
+  std::atomic<void (*)(void*)> background_{nullptr};
+  std::atomic<void*> background_ctx_{nullptr};
 };
 
 }  // namespace mdsm::net

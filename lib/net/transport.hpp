@@ -1,7 +1,7 @@
 // MPI transport: mdsm's private communicators, frame sending, and the receive side that the
 // progress engine drives.
 //
-// Receiving uses a ring of preposted PMPI_Irecv(ANY_SOURCE) buffers of `inline_max` bytes on one
+// Receiving uses a ring of preposted MPI_Irecv(ANY_SOURCE) buffers of `inline_max` bytes on one
 // tag. MPI matches them in posting order and never lets two messages from one sender overtake
 // each other, so completing the ring strictly in order preserves per-sender order end to end.
 // (Measured on this machine: a preposted ring costs what a raw MPI_Recv round trip costs;

@@ -49,6 +49,12 @@ namespace mdsm::stats {
   X(msgs_stored, count, "messages stored by a handler")                                          \
   X(msgs_discarded, count, "stored messages discarded (their consistency given up)")              \
   X(msgs_accepted, count, "RELEASE/RELEASE_NT messages accepted")                                \
+  X(mpi_sends_none, count, "MDSM_ MPI sends (mpi_ext), NONE")                                     \
+  X(mpi_sends_request, count, "MDSM_ MPI sends, REQUEST")                                        \
+  X(mpi_sends_release, count, "MDSM_ MPI sends, RELEASE")                                        \
+  X(mpi_sends_release_nt, count, "MDSM_ MPI sends, RELEASE_NT")                                  \
+  X(mpi_cinfo_bytes_sent, count, "consistency-information bytes sent by MDSM_ MPI sends")         \
+  X(mpi_acquires, count, "MDSM_ MPI receives that acquired (RELEASE kinds)")                     \
   X(protocol_msgs_sent, count, "coherence protocol messages sent (requests and replies)")        \
   X(protocol_bytes_sent, count, "coherence protocol bytes sent")                                 \
   X(handler_ns, time, "time spent running message handlers (ns)")                               \

@@ -1,0 +1,213 @@
+// Nonblocking annotated calls. MDSM_Isend / MDSM_Irecv return a generalized request
+// (MPI_Grequest_start): MPI reports it complete only once mdsm has finished the message (data
+// copied out, side channel received, acquire complete). Whoever waits finishes it: an MDSM_Wait*
+// or MDSM_Test* call at once, on the calling thread; a plain MPI_Wait* / MPI_Test* through the
+// progress thread, which finishes every pending request on each turn of its loop.
+#include "mpi_ext/ext.hpp"
+
+#include "net/context.hpp"
+
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+namespace mdsm::mpi_ext {
+
+namespace {
+
+struct request {
+  std::mutex mu;  // held by whoever advances it
+  bool is_send = false;
+  send_op send;
+  recv_op recv;
+  MPI_Request greq = MPI_REQUEST_NULL;
+  MPI_Comm comm = MPI_COMM_NULL;
+  MPI_Status status{};    // reported by query()
+  int rc = MPI_SUCCESS;   // how it ended
+  bool finished = false;  // MPI_Grequest_complete was called (guarded by mu)
+};
+
+struct registry {
+  std::mutex mu;
+  std::unordered_map<MPI_Request, std::shared_ptr<request>> live;  // by generalized request
+  std::atomic<int> pending{0};  // not yet finished
+};
+registry g_requests;
+
+int query(void* extra, MPI_Status* status) {
+  auto* r = static_cast<request*>(extra);
+  *status = r->status;
+  status->MPI_ERROR = r->rc;
+  return MPI_SUCCESS;
+}
+
+int free_request(void* extra) {
+  auto* r = static_cast<request*>(extra);
+  std::lock_guard lk(g_requests.mu);
+  g_requests.live.erase(r->greq);  // may destroy r
+  return MPI_SUCCESS;
+}
+
+int cancel_request(void*, int) { return MPI_SUCCESS; }  // an MDSM message cannot be cancelled
+
+std::shared_ptr<request> find(MPI_Request req) {
+  if (req == MPI_REQUEST_NULL) return nullptr;
+  std::lock_guard lk(g_requests.mu);
+  auto it = g_requests.live.find(req);
+  return it == g_requests.live.end() ? nullptr : it->second;
+}
+
+// Moves r on (to the end with `block`); completes the generalized request once done.
+// Pre: r.mu held.
+bool advance(request& r, bool block) {
+  if (r.finished) return true;
+  if (r.is_send) {
+    int flag = 1;
+    const int rc = block ? PMPI_Waitall(2, r.send.req, MPI_STATUSES_IGNORE)
+                         : PMPI_Testall(2, r.send.req, &flag, MPI_STATUSES_IGNORE);
+    if (!flag) return false;
+    r.rc = rc;
+    r.status = MPI_Status{};
+    r.status.MPI_SOURCE = MPI_ANY_SOURCE;
+    r.status.MPI_TAG = MPI_ANY_TAG;
+    set_received_bytes(&r.status, 0);
+  } else {
+    if (!mpi_ext::advance(r.recv, block)) return false;
+    r.rc = r.recv.rc;
+    r.status = r.recv.status;
+  }
+  r.finished = true;
+  g_requests.pending.fetch_sub(1, std::memory_order_relaxed);
+  PMPI_Grequest_complete(r.greq);
+  return true;
+}
+
+// The progress thread's turn: finishes what nobody waits for in MDSM_Wait* (plain MPI_Wait).
+void background(void*) {
+  if (g_requests.pending.load(std::memory_order_relaxed) == 0) return;
+  std::vector<std::shared_ptr<request>> todo;
+  {
+    std::lock_guard lk(g_requests.mu);
+    for (auto& [h, r] : g_requests.live) todo.push_back(r);
+  }
+  for (auto& r : todo) {
+    std::unique_lock lk(r->mu, std::try_to_lock);
+    if (lk.owns_lock()) advance(*r, false);
+  }
+}
+
+// Registers r under a new generalized request, returned in *out.
+int start(context& c, const std::shared_ptr<request>& r, MPI_Request* out) {
+  static std::once_flag once;
+  std::call_once(once, [&] { c.rt->progress->set_background(&background, nullptr); });
+  PMPI_Grequest_start(query, free_request, cancel_request, r.get(), &r->greq);
+  {
+    std::lock_guard lk(g_requests.mu);
+    g_requests.live.emplace(r->greq, r);
+  }
+  g_requests.pending.fetch_add(1, std::memory_order_relaxed);
+  *out = r->greq;
+  return MPI_SUCCESS;
+}
+
+// Finishes every MDSM request among reqs (blocking) or moves them on (not).
+void advance_all(int count, MPI_Request reqs[], bool block) {
+  for (int i = 0; i < count; ++i)
+    if (auto r = find(reqs[i])) {
+      std::lock_guard lk(r->mu);
+      advance(*r, block);
+    }
+}
+
+// The error of an MDSM request that ended badly, else rc.
+int outcome(const std::shared_ptr<request>& r, int rc) { return r && r->rc != MPI_SUCCESS ? r->rc : rc; }
+
+}  // namespace
+
+}  // namespace mdsm::mpi_ext
+
+using namespace mdsm::mpi_ext;
+
+extern "C" {
+
+int MDSM_Isend(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm, mdsm_annotation a,
+               MPI_Request* request) {
+  if (dest == MPI_PROC_NULL) return PMPI_Isend(buf, count, type, dest, tag, comm, request);
+  context c = enter(comm, "MDSM_Isend");
+  if (c.rc != MPI_SUCCESS) return c.rc;
+  auto r = std::make_shared<mdsm::mpi_ext::request>();
+  r->is_send = true;
+  r->comm = comm;
+  if (const int rc = send(c, r->send, buf, count, type, dest, tag, comm, a, send_mode::nonblocking);
+      rc != MPI_SUCCESS)
+    return rc;
+  return start(c, r, request);
+}
+
+int MDSM_Irecv(void* buf, int count, MPI_Datatype type, int source, int tag, MPI_Comm comm, MPI_Request* request) {
+  if (source == MPI_PROC_NULL) return PMPI_Irecv(buf, count, type, source, tag, comm, request);
+  auto r = std::make_shared<mdsm::mpi_ext::request>();
+  recv_op& op = r->recv;
+  op.c = enter(comm, "MDSM_Irecv");
+  if (op.c.rc != MPI_SUCCESS) return op.c.rc;
+  op.buf = buf;
+  op.count = count;
+  op.type = type;
+  op.source = source;
+  op.tag = tag;
+  op.comm = comm;
+  r->comm = comm;
+  if (const int rc = describe(op.c, comm, buf, count, type, true, op.b, "MDSM_Irecv"); rc != MPI_SUCCESS) return rc;
+  if (const int rc = post_recv(op, false); rc != MPI_SUCCESS) return rc;
+  return start(op.c, r, request);
+}
+
+int MDSM_Wait(MPI_Request* request, MPI_Status* status) {
+  auto r = find(*request);
+  if (r) {
+    if (mdsm::net::current_handler() != nullptr)
+      return raise(r->comm, errc::not_initialized, "MDSM_Wait: called from a message handler (it blocks)");
+    std::lock_guard lk(r->mu);
+    advance(*r, true);
+  }
+  const int rc = PMPI_Wait(request, status);
+  return outcome(r, rc);
+}
+
+int MDSM_Test(MPI_Request* request, int* flag, MPI_Status* status) {
+  auto r = find(*request);
+  if (r) {
+    std::lock_guard lk(r->mu);
+    advance(*r, false);
+  }
+  const int rc = PMPI_Test(request, flag, status);
+  return *flag ? outcome(r, rc) : rc;
+}
+
+int MDSM_Waitall(int count, MPI_Request requests[], MPI_Status statuses[]) {
+  if (mdsm::net::current_handler() != nullptr)
+    return raise(MPI_COMM_WORLD, errc::not_initialized, "MDSM_Waitall: called from a message handler (it blocks)");
+  advance_all(count, requests, true);
+  return PMPI_Waitall(count, requests, statuses);
+}
+
+int MDSM_Testall(int count, MPI_Request requests[], int* flag, MPI_Status statuses[]) {
+  advance_all(count, requests, false);
+  return PMPI_Testall(count, requests, flag, statuses);
+}
+
+int MDSM_Waitany(int count, MPI_Request requests[], int* index, MPI_Status* status) {
+  if (mdsm::net::current_handler() != nullptr)
+    return raise(MPI_COMM_WORLD, errc::not_initialized, "MDSM_Waitany: called from a message handler (it blocks)");
+  for (;;) {
+    advance_all(count, requests, false);
+    int flag = 0;
+    const int rc = PMPI_Testany(count, requests, index, &flag, status);
+    if (rc != MPI_SUCCESS || flag) return rc;
+    // Deliver mdsm's own frames meanwhile (an acquire may wait for records).
+    mdsm::detail::rt().progress->poll_once();
+  }
+}
+
+}  // extern "C"

@@ -62,7 +62,8 @@ inline double median(std::vector<double> v) {
 class ratio_reporter : public benchmark::ConsoleReporter {
  public:
   // `baselines`: variant names that serve as a group's baseline (the first present is used).
-  // `targets`: optional upper bounds on a variant's ratio ("variant" -> bound).
+  // `targets`: optional upper bounds on a variant's ratio: "group/variant" -> bound for one group,
+  // "variant" -> bound for every group without its own.
   explicit ratio_reporter(std::vector<std::string> baselines, std::map<std::string, double> targets = {})
       : baselines_(std::move(baselines)), targets_(std::move(targets)) {}
 
@@ -98,14 +99,11 @@ class ratio_reporter : public benchmark::ConsoleReporter {
         std::printf("%-34s %-24s %9.3f%-2s %9.3f%-2s %6zu", g.c_str(), v.c_str(), median(mine), unit_[g].c_str(),
                     *std::min_element(mine.begin(), mine.end()), unit_[g].c_str(), mine.size());
         if (!base.empty() && v != base) {
-          const auto& b = t.at(base);
-          std::vector<double> ratios;
-          for (std::size_t i = 0; i < std::min(mine.size(), b.size()); ++i)
-            if (b[i] > 0) ratios.push_back(mine[i] / b[i]);
-          const double ratio = median(ratios);
-          std::printf(" %8.3fx", ratio);
-          if (auto it = targets_.find(v); it != targets_.end())
-            std::printf("  target <= %.2fx: %s", it->second, ratio <= it->second ? "met" : "MISSED");
+          const double r = ratio(g, v);
+          std::printf(" %8.3fx", r);
+          auto it = targets_.find(g + "/" + v);
+          if (it == targets_.end()) it = targets_.find(v);
+          if (it != targets_.end()) std::printf("  target <= %.2fx: %s", it->second, r <= it->second ? "met" : "MISSED");
         } else if (v == base) {
           std::printf("  baseline");
         }
@@ -116,6 +114,22 @@ class ratio_reporter : public benchmark::ConsoleReporter {
   }
 
   bool errors() const noexcept { return errors_; }
+
+  // The median over rounds of (variant time / the group's baseline time in the same round); 0 if
+  // the group, the variant or the baseline did not run.
+  double ratio(const std::string& group, const std::string& var) const {
+    const auto g = times_.find(group);
+    if (g == times_.end() || !g->second.count(var)) return 0;
+    for (const std::string& b : baselines_)
+      if (g->second.count(b)) {
+        const auto &mine = g->second.at(var), &base = g->second.at(b);
+        std::vector<double> ratios;
+        for (std::size_t i = 0; i < std::min(mine.size(), base.size()); ++i)
+          if (base[i] > 0) ratios.push_back(mine[i] / base[i]);
+        return median(ratios);
+      }
+    return 0;
+  }
 
  private:
   std::vector<std::string> baselines_;

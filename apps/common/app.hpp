@@ -8,7 +8,10 @@
 // sync_wait_s to the other waits (locks, barriers, messages); handler_s is the time message
 // handlers ran on any of the rank's threads (the progress thread's included).
 // messages/msg_bytes (MDSM_APP) count every frame mdsm put on the wire (user, coordination and
-// coherence protocol messages, summed over ranks), as the CarlOS tables did.
+// coherence protocol messages, summed over ranks), as the CarlOS tables did, and the MPI messages
+// of the annotated MPI calls (mpi_ext/): one per MDSM_ send, plus its side-channel message of
+// consistency information for REQUEST and RELEASE kinds; their bytes are the 16-byte headers and
+// the consistency information (mdsm does not count the user's data of an MDSM_ send).
 #pragma once
 
 #include "report.hpp"
@@ -57,8 +60,14 @@ inline int report(std::string_view app, std::string_view version, bool verified,
   auto secs = [&](const char* c) { return static_cast<double>(m.mine.at(c)) * 1e-9; };
   const rank_times mine{m.seconds, secs("wait_ns"), secs("handler_ns"), secs("sync_wait_ns"), secs("fault_ns"),
                         secs("gc_ns")};
-  const traffic_totals total{m.total.at("frames_sent"), m.total.at("frame_bytes_sent"), m.total.at("diffs_created"),
-                             m.total.at("diff_requests")};
+  const std::uint64_t mpi_ext_synchronizing =
+      m.total.at("mpi_sends_request") + m.total.at("mpi_sends_release") + m.total.at("mpi_sends_release_nt");
+  const std::uint64_t mpi_ext_sends = m.total.at("mpi_sends_none") + mpi_ext_synchronizing;
+  constexpr std::uint64_t k_mpi_ext_header = 16;  // bytes in front of an MDSM_ message's data (mdsm_mpi.h)
+  const traffic_totals total{m.total.at("frames_sent") + mpi_ext_sends + mpi_ext_synchronizing,
+                             m.total.at("frame_bytes_sent") + k_mpi_ext_header * mpi_ext_sends +
+                                 m.total.at("mpi_cinfo_bytes_sent"),
+                             m.total.at("diffs_created"), m.total.at("diff_requests")};
   return report_lines(app, version, verified, mine, total);
 }
 

@@ -40,7 +40,7 @@ APPS = {
     "water": ("apps/water/water", ["lock", "hybrid", "mpi"], ["--size=2744", "--steps=40"]),
     "matmul": ("apps/matmul/matmul", ["barrier", "hybrid", "mpi"], ["--size=2048"]),
     "apsp": ("apps/apsp/apsp", ["barrier", "hybrid", "mpi"], ["--size=1536"]),
-    "sor": ("apps/sor/sor", ["barrier", "hybrid", "mpi"], ["--size=2048", "--steps=250"]),
+    "sor": ("apps/sor/sor", ["barrier", "hybrid", "mdsm_mpi", "mpi"], ["--size=2048", "--steps=250"]),
 }
 MPI_VERSION = "mpi"
 

@@ -41,8 +41,9 @@ const char* kind_name(kind k) noexcept {
 }
 
 std::string id_text(std::uint64_t id) {
-  if (!is_handle_id(id)) return "#" + std::to_string(id);
-  return "#" + std::to_string(handle_creator(id)) + "." + std::to_string(handle_sequence(id));
+  // detail::cat, not "#" + std::string: GCC 12 at -O2 reports a false -Wrestrict on the latter.
+  if (!is_handle_id(id)) return detail::cat("#", id);
+  return detail::cat("#", handle_creator(id), ".", handle_sequence(id));
 }
 
 services& current() {

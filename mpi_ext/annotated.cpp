@@ -10,6 +10,7 @@
 
 #include <array>
 #include <atomic>
+#include <cstddef>
 #include <cstring>
 #include <mutex>
 
@@ -238,6 +239,7 @@ void set_received_bytes(MPI_Status* status, MPI_Count bytes) {
 }
 
 int named_size(MPI_Datatype type) {
+  if (type == MPI_BYTE) return 1;  // most messages, without the table's guard
   struct named {
     MPI_Datatype type;
     int size;
@@ -643,11 +645,12 @@ int fast_send_none(const void* buf, int count, MPI_Datatype type, int dest, int 
   std::size_t bytes = 0;
   if (fast_eligible(buf, count, type, bytes) == nullptr) return -1;
   std::byte* out = t_send_buf.get(sizeof(header) + bytes);
-  const header h{};
-  std::memcpy(out, &h, sizeof h);
-  if (bytes != 0) std::memcpy(out + sizeof h, buf, bytes);
+  // A NONE header: the magic, then zeros (no annotation, no consistency information).
+  std::memset(out, 0, sizeof(header));
+  std::memcpy(out, &k_magic, sizeof k_magic);
+  if (bytes != 0) std::memcpy(out + sizeof(header), buf, bytes);
   mdsm::stats::add(mdsm::stats::counter::mpi_sends_none);
-  const int n = static_cast<int>(sizeof h + bytes);
+  const int n = static_cast<int>(sizeof(header) + bytes);
   return sync ? PMPI_Ssend(out, n, MPI_BYTE, dest, tag, comm) : PMPI_Send(out, n, MPI_BYTE, dest, tag, comm);
 }
 
@@ -664,11 +667,13 @@ int fast_recv(void* buf, int count, MPI_Datatype type, int source, int tag, MPI_
     return rc;
   }
   const int got = static_cast<int>(mdsm::net::received_bytes(st));
+  // The header's fixed fields first; the whole header only when it carries information.
   header h;
-  if (got >= k_header) std::memcpy(&h, in, sizeof h);
+  if (got >= k_header) std::memcpy(static_cast<void*>(&h), in, offsetof(header, cinfo));
   if (got < k_header || h.magic != k_magic || h.annot > MDSM_RELEASE_NT ||
       (h.inline_cinfo && h.cinfo_len > k_inline_cinfo)) [[unlikely]]
     return check_header(h, got, comm, st);
+  if (h.inline_cinfo) std::memcpy(h.cinfo, in + offsetof(header, cinfo), h.cinfo_len);
   const std::size_t data = static_cast<std::size_t>(got - k_header);
   if (data != 0) std::memcpy(buf, in + sizeof h, data);
   set_received_bytes(&st, static_cast<MPI_Count>(data));

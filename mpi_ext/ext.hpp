@@ -35,7 +35,7 @@ struct header {
   std::uint8_t reserved[2] = {};
   std::uint32_t cinfo_len = 0;  // bytes of consistency information; 0: none
   std::uint32_t cinfo_tag = 0;  // its tag on the side channel, when not inline
-  std::byte cinfo[k_inline_cinfo] = {};
+  std::byte cinfo[k_inline_cinfo];  // cinfo_len bytes valid when inline_cinfo (never read beyond)
 };
 static_assert(sizeof(header) == 64);
 inline constexpr int k_header = static_cast<int>(sizeof(header));
@@ -88,7 +88,7 @@ int describe(context& c, MPI_Comm comm, const void* buf, int count, MPI_Datatype
 // Sends one annotated message: the side-channel message first, then the data message.
 enum class send_mode { standard, synchronous, nonblocking };
 struct send_op {
-  header h;
+  header h{};  // zeroed: unused inline bytes go on the wire
   std::vector<std::byte> cinfo;           // consistency information (h.cinfo_len bytes)
   std::vector<std::byte> packed;          // header + data, when copied (nonblocking only)
   MPI_Datatype type = MPI_DATATYPE_NULL;  // {header, user buffer}, when not copied

@@ -114,6 +114,24 @@ bool valid_annotation(mdsm_annotation a) { return a >= MDSM_NONE && a <= MDSM_RE
 
 }  // namespace
 
+int checked_annotation(mdsm_annotation a, MPI_Comm comm, const char* call, mdsm_annotation& out) {
+  // A C caller may pass any int: loading it as the enum would be undefined behaviour in C++, so
+  // its bytes are read as an int and checked before they become an annotation.
+  int raw = 0;
+  static_assert(sizeof a == sizeof raw);
+  std::memcpy(&raw, &a, sizeof raw);
+  if (raw < MDSM_NONE || raw > MDSM_RELEASE_NT)
+    return raise(comm, errc::annotation,
+                 detail::cat(call, ": annotation ", raw,
+                             " is not MDSM_NONE, MDSM_REQUEST, MDSM_RELEASE or MDSM_RELEASE_NT"));
+  out = static_cast<mdsm_annotation>(raw);
+  return MPI_SUCCESS;
+}
+
+namespace {
+
+}  // namespace
+
 std::size_t copy_max() {
   static const std::size_t v = detail::env_size("MDSM_MPI_COPY_MAX", 16384);
   return v;
@@ -706,14 +724,19 @@ int do_send(const void* buf, int count, MPI_Datatype type, int dest, int tag, MP
 
 extern "C" {
 
-int MDSM_Send(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm, mdsm_annotation a) {
+int MDSM_Send(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm, mdsm_annotation given) {
+  mdsm_annotation a = MDSM_NONE;
+  if (const int rc = checked_annotation(given, comm, "MDSM_Send", a); rc != MPI_SUCCESS) return rc;
   if (dest == MPI_PROC_NULL) return PMPI_Send(buf, count, type, dest, tag, comm);
   if (a == MDSM_NONE)
     if (const int rc = fast_send_none(buf, count, type, dest, tag, comm, false); rc != -1) return rc;
   return do_send(buf, count, type, dest, tag, comm, a, send_mode::standard, "MDSM_Send");
 }
 
-int MDSM_Ssend(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm, mdsm_annotation a) {
+int MDSM_Ssend(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm,
+               mdsm_annotation given) {
+  mdsm_annotation a = MDSM_NONE;
+  if (const int rc = checked_annotation(given, comm, "MDSM_Ssend", a); rc != MPI_SUCCESS) return rc;
   if (dest == MPI_PROC_NULL) return PMPI_Ssend(buf, count, type, dest, tag, comm);
   if (a == MDSM_NONE)
     if (const int rc = fast_send_none(buf, count, type, dest, tag, comm, true); rc != -1) return rc;
@@ -758,7 +781,9 @@ int MDSM_Iprobe(int source, int tag, MPI_Comm comm, int* flag, MPI_Status* statu
 
 int MDSM_Sendrecv(const void* sendbuf, int sendcount, MPI_Datatype sendtype, int dest, int sendtag, void* recvbuf,
                   int recvcount, MPI_Datatype recvtype, int source, int recvtag, MPI_Comm comm, MPI_Status* status,
-                  mdsm_annotation a) {
+                  mdsm_annotation given) {
+  mdsm_annotation a = MDSM_NONE;
+  if (const int rc = checked_annotation(given, comm, "MDSM_Sendrecv", a); rc != MPI_SUCCESS) return rc;
   context c = enter(comm, "MDSM_Sendrecv");
   if (c.rc != MPI_SUCCESS) return c.rc;
   if (mdsm::net::current_handler() != nullptr)

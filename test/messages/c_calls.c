@@ -9,3 +9,10 @@ mdsm_status c_send_with_annotation(int dest, mdsm_handler_id handler, const void
 }
 
 const char* c_strerror(int status) { return mdsm_strerror((mdsm_status)status); }
+
+/* MDSM_Send with any int as its annotation (mpi_ext misuse). */
+#include <mdsm/mdsm_mpi.h>
+int c_mdsm_send_with_annotation(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm,
+                                int annotation) {
+  return MDSM_Send(buf, count, type, dest, tag, comm, (mdsm_annotation)annotation);
+}

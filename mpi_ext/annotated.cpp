@@ -114,12 +114,13 @@ bool valid_annotation(mdsm_annotation a) { return a >= MDSM_NONE && a <= MDSM_RE
 
 }  // namespace
 
-int checked_annotation(mdsm_annotation a, MPI_Comm comm, const char* call, mdsm_annotation& out) {
+int checked_annotation(const mdsm_annotation* given, MPI_Comm comm, const char* call, mdsm_annotation& out) {
   // A C caller may pass any int: loading it as the enum would be undefined behaviour in C++, so
   // its bytes are read as an int and checked before they become an annotation.
+  // (By address: even copying the parameter into this function's would load it as the enum.)
   int raw = 0;
-  static_assert(sizeof a == sizeof raw);
-  std::memcpy(&raw, &a, sizeof raw);
+  static_assert(sizeof *given == sizeof raw);
+  std::memcpy(&raw, given, sizeof raw);
   if (raw < MDSM_NONE || raw > MDSM_RELEASE_NT)
     return raise(comm, errc::annotation,
                  detail::cat(call, ": annotation ", raw,
@@ -726,7 +727,7 @@ extern "C" {
 
 int MDSM_Send(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm, mdsm_annotation given) {
   mdsm_annotation a = MDSM_NONE;
-  if (const int rc = checked_annotation(given, comm, "MDSM_Send", a); rc != MPI_SUCCESS) return rc;
+  if (const int rc = checked_annotation(&given, comm, "MDSM_Send", a); rc != MPI_SUCCESS) return rc;
   if (dest == MPI_PROC_NULL) return PMPI_Send(buf, count, type, dest, tag, comm);
   if (a == MDSM_NONE)
     if (const int rc = fast_send_none(buf, count, type, dest, tag, comm, false); rc != -1) return rc;
@@ -736,7 +737,7 @@ int MDSM_Send(const void* buf, int count, MPI_Datatype type, int dest, int tag, 
 int MDSM_Ssend(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm,
                mdsm_annotation given) {
   mdsm_annotation a = MDSM_NONE;
-  if (const int rc = checked_annotation(given, comm, "MDSM_Ssend", a); rc != MPI_SUCCESS) return rc;
+  if (const int rc = checked_annotation(&given, comm, "MDSM_Ssend", a); rc != MPI_SUCCESS) return rc;
   if (dest == MPI_PROC_NULL) return PMPI_Ssend(buf, count, type, dest, tag, comm);
   if (a == MDSM_NONE)
     if (const int rc = fast_send_none(buf, count, type, dest, tag, comm, true); rc != -1) return rc;
@@ -783,7 +784,7 @@ int MDSM_Sendrecv(const void* sendbuf, int sendcount, MPI_Datatype sendtype, int
                   int recvcount, MPI_Datatype recvtype, int source, int recvtag, MPI_Comm comm, MPI_Status* status,
                   mdsm_annotation given) {
   mdsm_annotation a = MDSM_NONE;
-  if (const int rc = checked_annotation(given, comm, "MDSM_Sendrecv", a); rc != MPI_SUCCESS) return rc;
+  if (const int rc = checked_annotation(&given, comm, "MDSM_Sendrecv", a); rc != MPI_SUCCESS) return rc;
   context c = enter(comm, "MDSM_Sendrecv");
   if (c.rc != MPI_SUCCESS) return c.rc;
   if (mdsm::net::current_handler() != nullptr)

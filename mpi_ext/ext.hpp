@@ -85,9 +85,9 @@ struct buffer {
 int describe(context& c, MPI_Comm comm, const void* buf, int count, MPI_Datatype type, bool write, buffer& out,
              const char* call);
 
-// An annotation as a C caller passed it (any int): checked, then stored in `out`. Returns
+// An annotation as a C caller passed it (any int, read through its address): checked, then stored in `out`. Returns
 // MPI_SUCCESS or the raised error. Every MDSM_ entry point taking an annotation calls it first.
-int checked_annotation(mdsm_annotation a, MPI_Comm comm, const char* call, mdsm_annotation& out);
+int checked_annotation(const mdsm_annotation* given, MPI_Comm comm, const char* call, mdsm_annotation& out);
 
 // Sends one annotated message: the side-channel message first, then the data message.
 enum class send_mode { standard, synchronous, nonblocking };

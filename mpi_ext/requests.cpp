@@ -211,7 +211,7 @@ extern "C" {
 int MDSM_Isend(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm, mdsm_annotation given,
                MPI_Request* request) {
   mdsm_annotation a = MDSM_NONE;
-  if (const int rc = checked_annotation(given, comm, "MDSM_Isend", a); rc != MPI_SUCCESS) return rc;
+  if (const int rc = checked_annotation(&given, comm, "MDSM_Isend", a); rc != MPI_SUCCESS) return rc;
   if (dest == MPI_PROC_NULL) return PMPI_Isend(buf, count, type, dest, tag, comm, request);
   context c = enter(comm, "MDSM_Isend");
   if (c.rc != MPI_SUCCESS) return c.rc;

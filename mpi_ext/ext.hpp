@@ -1,4 +1,5 @@
-// mpi_ext internals shared by the point-to-point calls (annotated.cpp) and the collectives
+// mpi_ext internals shared by context.cpp (checks, communicator state, waits), the point-to-point
+// calls (annotated.cpp), requests.cpp and the collectives
 // (collectives.cpp). The wire format and the protocol are described in docs/MPI.md.
 //
 // An MDSM message is one MPI message on the user's communicator: a 64-byte header, then the

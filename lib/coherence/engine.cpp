@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cstring>
 #include <map>
 
 namespace mdsm::coherence {
@@ -117,6 +118,7 @@ bool engine::close_interval_locked() {
   units.erase(std::unique(units.begin(), units.end()), units.end());
   std::vector<unit_run> written;  // units written in this interval that were not hot before it
   std::vector<std::uint32_t> joined;
+  std::vector<std::uint32_t> unwritten;  // made writable ahead and found unchanged (write_ahead)
   {
     // Write-protect so that the next write is seen and lands in the next interval (the twin
     // stays, the diff is made lazily): one mprotect per run of contiguous units.
@@ -135,6 +137,17 @@ bool engine::close_interval_locked() {
       batch.visit(u, [&](page_entry& pe) -> unit_protection {
         if (!pe.dirty) return {pe.prot};  // its writes already went into a diff of an earlier notice
         if (pe.hot && !pe.own.empty() && pe.own.back().open()) return {pe.prot};  // in hot_runs
+        if (pe.speculative) {
+          // Made writable ahead of a run of write faults. Unchanged: not written, so no notice;
+          // it is write-protected with the others and its twin dropped below, once a write
+          // racing with this close can no longer slip in unseen (it faults from then on).
+          if (std::memcmp(region_.lib_unit(u), pe.twin.get(), region_.unit()) == 0) {
+            pe.dirty = false;
+            unwritten.push_back(u);
+            return {pe.prot == os::prot::read_write ? os::prot::read : pe.prot};
+          }
+          pe.speculative = false;
+        }
         append_unit(written, u);
         const bool joins = pe.hot;  // became hot in this interval: its notice opens a range
         own_notice* back = pe.own.empty() ? nullptr : &pe.own.back();
@@ -157,6 +170,27 @@ bool engine::close_interval_locked() {
         pe.dirty = false;
         return {pe.prot == os::prot::read_write ? os::prot::read : pe.prot};
       });
+    }
+  }
+  for (std::uint32_t u : unwritten) {
+    // Write-protected now: a write since the compare faulted (begin_write_locked: no longer
+    // speculative, dirty again, announced at the next close) or shows in a second compare.
+    std::lock_guard lk(pages_.lock_of(u));
+    page_entry& pe = pages_.at(u);
+    if (!pe.speculative || !pe.twin) continue;  // written since (a fault), or diffed
+    pe.speculative = false;
+    if (std::memcmp(region_.lib_unit(u), pe.twin.get(), region_.unit()) == 0) {
+      pe.twin.reset();
+      add_metadata(-static_cast<std::int64_t>(region_.unit()));
+      stats::add(stats::counter::write_ahead_unused);
+      continue;
+    }
+    // Written between the compare and the write-protection: one of the next interval's writes.
+    if (!pe.dirty) {
+      pe.dirty = true;
+      std::lock_guard dl(dirty_mutex_);
+      dirty_.push_back(u);
+      any_dirty_.store(true, std::memory_order_release);
     }
   }
   std::vector<unit_run> runs = hot_runs.empty() ? std::move(written) : merge_runs(written, hot_runs);

@@ -10,6 +10,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
+#include <utility>
 
 namespace mdsm::coherence {
 
@@ -90,11 +92,47 @@ void engine::make_writable_locked(std::uint32_t u, page_entry& pe) {
   set_prot_locked(u, pe, os::prot::read_write);
 }
 
+void engine::write_ahead(std::uint32_t u) {
+  // A program writing a block it owns (its rows of C, its half of a grid on the first sweep)
+  // takes a write fault per unit, each a trap, a twin and an mprotect. A write fault on the unit
+  // right after the previous run means such a walk: make the next units writable with it, the
+  // window doubling from k_write_min up to k_write_max as gather_neighbours reads ahead; any
+  // other write fault only notes where a run would continue. Units made writable ahead are
+  // twinned and dirty but `speculative`: the close compares each with its twin and announces
+  // only those written (close_interval_locked), so overshooting the end of a block costs a twin
+  // and a compare per unit, never a write notice.
+  constexpr std::uint32_t k_write_min = 8, k_write_max = 64;
+  if (size_ == 1) return;  // alone: units are plain read-write memory, no write faults
+  const bool continues = u == write_next_.load(std::memory_order_relaxed);
+  const std::uint32_t window =
+      continues ? std::clamp(2 * write_window_.load(std::memory_order_relaxed), k_write_min, k_write_max) : 0;
+  write_window_.store(window, std::memory_order_relaxed);
+  std::uint32_t v = u + 1;
+  {
+    protection_batch opened = protections();
+    for (; v < region_.units() && v - u <= window; ++v) {
+      bool taken = false;
+      opened.visit(v, [&](page_entry& pe) -> unit_protection {
+        if (pe.state != page_state::valid || pe.prot != os::prot::read || pe.twin || pe.dirty || pe.hot || pe.fetching)
+          return {pe.prot};
+        begin_write_locked(v, pe);
+        pe.speculative = true;
+        taken = true;
+        return {os::prot::read_write};
+      });
+      if (!taken) break;
+      stats::add(stats::counter::write_ahead_units);
+    }
+  }
+  write_next_.store(v, std::memory_order_relaxed);
+}
+
 void engine::begin_write_locked(std::uint32_t u, page_entry& pe) {
   // Written in the interval closed last and again now: likely written in every interval, so it
   // becomes hot at the next close. (A snapshot diff made in between, for a request or a push,
   // leaves the twin: a unit two ranks write in turn stays writable on both.)
   const std::uint32_t closed = last_closed_.load(std::memory_order_relaxed);
+  pe.speculative = false;  // a write fault: written for sure
   if (pe.twin && hot_intervals_ != 0 && !pe.own.empty() && pe.own.back().last == closed) pe.hot = true;
   if (!pe.twin) {
     pe.twin = make_unit_buffer(region_.unit());
@@ -172,6 +210,12 @@ void engine::make_diff_locked(std::uint32_t u, page_entry& pe) {
   diff_ptr d = make_piece(make_diff(region_.lib_unit(u), pe.twin.get(), region_.unit()), next_diff_serial_);
   pe.twin.reset();
   add_metadata(-static_cast<std::int64_t>(region_.unit()) + (d ? static_cast<std::int64_t>(d->footprint()) : 0));
+  if (std::exchange(pe.speculative, false) && !d) {
+    // Made writable ahead (write_ahead) and not written: nothing to announce.
+    pe.dirty = false;
+    stats::add(stats::counter::write_ahead_unused);
+    return;
+  }
   if (attach_diff_locked(pe, d, false)) {
     // The diff also holds this interval's writes so far; every rank that will learn of this
     // interval knows the earlier one too and fetches this diff, so no notice is needed for them.
@@ -195,6 +239,7 @@ void engine::snapshot_diff_locked(std::uint32_t u, page_entry& pe) {
   // would never fetch them.
   const std::uint32_t closed = last_closed_.load(std::memory_order_acquire);
   diff_ptr d = make_piece(make_diff(region_.lib_unit(u), twin, region_.unit()), next_diff_serial_);
+  if (d) pe.speculative = false;
   // The twin takes in exactly the words the diff carries (not the page again: a word written
   // since the compare must stay different from the twin, to be in the next diff).
   if (d) {
@@ -224,7 +269,11 @@ bool engine::validate(std::uint32_t u, access how) {
     if (pe.state == page_state::valid) {
       // A fault on a readable valid unit can only be a write.
       const bool write = how == access::write || (how == access::unknown && pe.prot == os::prot::read);
-      if (write && pe.prot != os::prot::read_write) make_writable_locked(u, pe);
+      if (write && pe.prot != os::prot::read_write) {
+        make_writable_locked(u, pe);
+        lk.unlock();
+        write_ahead(u);
+      }
       return true;
     }
     if (pe.fetching) {  // another thread is fetching this unit: wait for it, then look again

@@ -58,6 +58,10 @@ struct page_entry {
   // (engine::close_interval_locked explains why that is safe). Pre: twin, prot read_write, and
   // own.back() is open once an interval closed with the unit hot.
   bool hot = false;
+  // Made writable ahead of a run of write faults (engine::write_ahead) and not yet seen written:
+  // twin, dirty and read-write like a written unit, but a close that finds it equal to its twin
+  // drops the twin and announces nothing (it was not written).
+  bool speculative = false;
   bool fetching = false;           // a thread is fetching this unit's diffs or copy
   std::uint32_t fetch_generation = 0;  // counts finished fetches: waiters for one watch it change
   // The background collection that dropped this copy (0: none since): its home's copy holds every

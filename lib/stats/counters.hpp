@@ -76,6 +76,8 @@ namespace mdsm::stats {
   X(protect_calls, count, "mprotect calls on the coherent region's application view")            \
   X(protect_units, count, "coherence units covered by those calls")                              \
   X(twins_created, count, "twins created")                                                       \
+  X(write_ahead_units, count, "units made writable ahead of a run of write faults")               \
+  X(write_ahead_unused, count, "of those: not written before the interval closed (twin dropped)")  \
   X(diffs_created, count, "diffs created")                                                       \
   X(diff_bytes_created, count, "bytes of diffs created")                                         \
   X(diffs_applied, count, "diffs applied")                                                       \

@@ -777,9 +777,12 @@ TEST_CASE("litmus 30: protection changes of contiguous units in different states
     const auto protects = stat("protect_calls");
     box.send(1, annotation::release);
     CHECK(stat("protect_calls") - protects == 2);  // pages 0-3 and page 5; page 4 stays inaccessible
-    const auto faults = stat("write_faults");
-    for (int p = 0; p < pages; ++p) at(p, 2) = 200 + p;  // every page must fault: new interval
-    CHECK(stat("write_faults") - faults == pages);
+    const auto faults = stat("write_faults"), ahead = stat("write_ahead_units");
+    // Every page must catch its write in the new interval: by a fault, or made writable ahead by
+    // the fault before it (a run of write faults); rank 1 checks that all six writes arrive.
+    for (int p = 0; p < pages; ++p) at(p, 2) = 200 + p;
+    CHECK(stat("write_faults") - faults + stat("write_ahead_units") - ahead >= pages);
+    CHECK(stat("write_faults") - faults >= 2);
     box.send(1, annotation::release);
   } else if (me == 1) {
     box.wait(1, 0);
@@ -1399,4 +1402,98 @@ TEST_CASE("litmus 44: a pushed walk across stored RELEASEs and a garbage collect
   rounds(half + 1, rows);
   if (me == 1) CHECK(stat("read_faults") - faults <= rows / 2);  // 12 as measured; 1-2 per round without
   world_barrier();
+}
+
+TEST_CASE("litmus 45: a run of write faults makes the next units writable ahead; unwritten ones announce nothing",
+          "[mpi][litmus][np2+]") {
+  // Rank 0 writes the first 40 of 100 pages front to back (a block it owns) and releases to rank 1.
+  // The run's write faults make the units after them writable ahead (8, 16, 32, ... at a time), so
+  // far fewer than 40 write faults happen; the write-ahead overshoots past page 40, and those
+  // units, unchanged at the close, are write-protected with no twin and no notice: exactly 40
+  // write notices, and rank 1's copies of pages 40-99 stay valid (no read fault there). Then
+  // rank 1 writes other words of pages 30-59 (pages rank 0 made writable ahead, written or not)
+  // and both read each other's words: the multiple-writer merge holds.
+  session s;
+  mailbox box("litmus.box");
+  constexpr int pages = 100, written = 40;
+  int* a = mdsm::alloc_collective_array<int>(pages * k_words_per_page);
+  auto at = [&](int page, int word) -> int& { return a[page * k_words_per_page + word]; };
+  const int me = mdsm::rank();
+  for (int p = 0; p < pages; ++p) (void)at(p, 0);  // every rank reads every page first: valid copies
+  mdsm::barrier b;
+  b.arrive_and_wait();
+  if (me == 0) {
+    const auto faults = stat("write_faults"), ahead = stat("write_ahead_units"), notices = stat("write_notices_created");
+    for (int p = 0; p < written; ++p)
+      for (int w = 0; w < k_words_per_page; w += 64) at(p, w) = p * 1000 + w + 1;
+    CHECK(stat("write_faults") - faults < 10);
+    CHECK(stat("write_ahead_units") - ahead >= written - 10);
+    const auto unused = stat("write_ahead_unused");
+    box.send(1, annotation::release);
+    CHECK(stat("write_notices_created") - notices == written);
+    CHECK(stat("write_ahead_unused") - unused > 0);
+  } else if (me == 1) {
+    box.wait(1, 0);
+    const auto reads = stat("read_faults");
+    for (int p = written; p < pages; ++p) CHECK(at(p, 0) == 0);  // nothing announced there: no fault
+    CHECK(stat("read_faults") - reads == 0);
+    for (int p = 0; p < written; ++p)
+      for (int w = 0; w < k_words_per_page; w += 64) REQUIRE(at(p, w) == p * 1000 + w + 1);
+  }
+  b.arrive_and_wait();
+  if (me == 1)
+    for (int p = 30; p < 60; ++p) at(p, 7) = -p;
+  if (me == 0)
+    for (int p = 30; p < 60; ++p) at(p, 9) = p;  // a second run over the same units, concurrently
+  b.arrive_and_wait();
+  for (int p = 30; p < 60; ++p) {
+    CHECK(at(p, 7) == -p);
+    CHECK(at(p, 9) == p);
+    if (p < written) CHECK(at(p, 0) == p * 1000 + 1);
+  }
+  b.arrive_and_wait();
+}
+
+TEST_CASE("litmus 46: a unit made writable ahead, then invalidated and read, announces nothing and loses nothing",
+          "[mpi][litmus][np2+]") {
+  // Rank 0's run of write faults over pages 0-2 makes pages 3-10 writable ahead. Before rank 0
+  // closes its interval, rank 1's RELEASE brings notices for pages 5 and 6 (rank 1 wrote word 3 of
+  // each); rank 0 reads page 5 (its speculative twin is diffed: empty, so not announced) and
+  // writes page 6 (a real write). At rank 0's release exactly pages 0-2 and 6 are announced, and
+  // rank 1 sees all of rank 0's writes and keeps its own.
+  session s;
+  mailbox box("litmus.box");
+  constexpr int pages = 16;
+  int* a = mdsm::alloc_collective_array<int>(pages * k_words_per_page);
+  auto at = [&](int page, int word) -> int& { return a[page * k_words_per_page + word]; };
+  const int me = mdsm::rank();
+  for (int p = 0; p < pages; ++p) (void)at(p, 0);
+  mdsm::barrier b;
+  b.arrive_and_wait();
+  if (me == 0) {
+    const auto notices = stat("write_notices_created"), ahead = stat("write_ahead_units"),
+               unused = stat("write_ahead_unused");
+    for (int p = 0; p < 3; ++p) at(p, 1) = 10 + p;
+    CHECK(stat("write_ahead_units") - ahead >= 7);  // pages 2..9 at least
+    box.send(1, annotation::none);  // "made writable ahead"
+    box.wait(1, 1);                 // rank 1's notices for pages 5 and 6
+    CHECK(at(5, 3) == 53);
+    CHECK(at(6, 3) == 63);
+    at(6, 1) = 16;
+    box.send(1, annotation::release);
+    CHECK(stat("write_notices_created") - notices == 4);
+    CHECK(stat("write_ahead_unused") - unused >= 5);  // 3, 4, 5 (diffed empty), 7, 8, ...
+  } else if (me == 1) {
+    box.wait(1, 0);
+    at(5, 3) = 53;
+    at(6, 3) = 63;
+    box.send(0, annotation::release);
+    box.wait(2, 0);
+    for (int p = 0; p < 3; ++p) CHECK(at(p, 1) == 10 + p);
+    CHECK(at(6, 1) == 16);
+    CHECK(at(5, 1) == 0);
+    CHECK(at(5, 3) == 53);
+    CHECK(at(6, 3) == 63);
+  }
+  b.arrive_and_wait();
 }

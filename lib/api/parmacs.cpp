@@ -10,9 +10,9 @@
 //                     the process's writes) and the rank is idle again (a later CREATE may reuse it);
 //   end     NONE      sent by rank 0 once its main ends (MAIN_END, exit, return from main): the
 //                     rank finalizes mdsm and exits with status 0.
-// Rank 0's end runs from an atexit handler, so exit() anywhere in main (a usage message, an error
-// before any CREATE) ends the job cleanly too; a CREATEd process that calls exit() reports done
-// and waits for the end the same way.
+// Rank 0's end also runs from an on_exit handler, so a return from main or exit(0) without
+// MAIN_END ends the job cleanly too, and a CREATEd process that calls exit(0) reports done and
+// waits for the end; exit with another status ends the job with it (MPI_Abort).
 //
 // Threads: the handlers (progress thread or a waiting application thread) touch only `inbox`
 // under `inbox_mu`; everything else belongs to the application thread.
@@ -26,12 +26,14 @@
 
 #include <algorithm>
 #include <bit>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace {
@@ -114,30 +116,60 @@ void on_end(mdsm::message&) {
   g_pm->end_seen = true;
 }
 
+// Waits of a whole phase of the program -- a rank parked until rank 0 CREATEs on it or ends, rank 0
+// in WAIT_FOR_END behind the longest process -- are not waits for an answer that is due: they run
+// in one-second slices, each its own wait_until, so the failure detector's deadline
+// (MDSM_WAIT_DEADLINE_S) does not end a long program. The waits inside the processes (locks,
+// barriers, pages) keep it.
+template <class Pred>
+void wait_phase(Pred&& done) {
+  for (;;) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+    mdsm::wait_until([&] { return done() || std::chrono::steady_clock::now() >= until; });
+    if (done()) return;
+  }
+}
+
+bool has_done(runtime& r) {
+  std::lock_guard lk(r.inbox_mu);
+  return !r.dones.empty();
+}
+
+bool has_create_or_end(runtime& r) {
+  std::lock_guard lk(r.inbox_mu);
+  return !r.creates.empty() || r.end_seen;
+}
+
 // A CREATEd process has returned (or called exit): rank 0 hears of it.
 void report_done(runtime& r) {
   mdsm::send(0, r.done_h, {}, mdsm::annotation::release);
   r.st = state::worker_idle;
 }
 
-void finish(runtime& r) {
+// The end of mdsm on this rank (collective), then of MPI if MAIN_INITENV started it. MPI is ended
+// apart because the standard wants MPI_Finalize on the thread that initialized MPI.
+void finish_mdsm(runtime& r) {
   r.st = state::ended;
   mdsm::finalize();
-  if (r.owns_mpi) {
-    int down = 0;
-    MPI_Finalized(&down);
-    if (!down) MPI_Finalize();
-  }
+}
+
+void finish_mpi(runtime& r) {
+  if (!r.owns_mpi) return;
+  int down = 0;
+  MPI_Finalized(&down);
+  if (!down) MPI_Finalize();
+}
+
+void finish(runtime& r) {
+  finish_mdsm(r);
+  finish_mpi(r);
 }
 
 // Rank 0's end: the processes still running finish, every rank is told to end, all finalize.
 void end_main(runtime& r, const std::string& what) {
   guarded(what, [&] {
     while (r.outstanding > 0) {
-      mdsm::wait_until([&] {
-        std::lock_guard lk(r.inbox_mu);
-        return !r.dones.empty();
-      });
+      wait_phase([&] { return has_done(r); });
       mdsm::stored_message s;
       {
         std::lock_guard lk(r.inbox_mu);
@@ -149,7 +181,7 @@ void end_main(runtime& r, const std::string& what) {
       --r.outstanding;
     }
     for (int k = 1; k < r.size; ++k) mdsm::send(k, r.end_h, {}, mdsm::annotation::none);
-    finish(r);
+    finish_mdsm(r);
   });
 }
 
@@ -159,10 +191,7 @@ void end_main(runtime& r, const std::string& what) {
   guarded(what, [&] {
     for (;;) {
       r.st = state::worker_idle;
-      mdsm::wait_until([&] {
-        std::lock_guard lk(r.inbox_mu);
-        return !r.creates.empty() || r.end_seen;
-      });
+      wait_phase([&] { return has_create_or_end(r); });
       mdsm::stored_message s;
       {
         std::lock_guard lk(r.inbox_mu);
@@ -192,29 +221,43 @@ void end_main(runtime& r, const std::string& what) {
   std::exit(0);
 }
 
-void at_exit() {
+// exit() (or a return from main) on a rank whose program is still running. exit() has already
+// destroyed the calling thread's thread_local objects, mdsm's among them, before it runs this, so
+// the mdsm part of the end runs on a fresh thread. A nonzero status ends the job at once with that
+// status (MPI_Abort): the other processes may be waiting for this one.
+void at_exit(int status, void*) {
   if (g_pm == nullptr || g_aborting) return;
   runtime& r = *g_pm;
-  if (r.st == state::main_running) {
-    end_main(r, "the main process's end (exit or return from main)");
-  } else if (r.st == state::worker_running) {
-    // A CREATEd process called exit(): as if its function had returned; then wait for the end.
+  if (r.st != state::main_running && r.st != state::worker_running) return;
+  const bool main_process = r.st == state::main_running;
+  if (status != 0) {
+    std::fprintf(stderr, "mdsm (PARMACS macros): process %d: exit(%d) %s; ending every process\n", r.rank, status,
+                 main_process ? "in the main process" : "in a CREATEd process");
+    std::fflush(stderr);
+    g_aborting = true;
+    MPI_Abort(MPI_COMM_WORLD, status);
+    std::_Exit(status);
+  }
+  std::thread([&] {
+    if (main_process) {
+      end_main(r, "the main process's end (exit or return from main)");
+      return;
+    }
+    // A CREATEd process called exit(0): as if its function had returned; then wait for the end.
     const std::string what = "exit() in a CREATEd process";
     guarded(what, [&] {
       report_done(r);
-      mdsm::wait_until([&] {
-        std::lock_guard lk(r.inbox_mu);
-        return !r.creates.empty() || r.end_seen;
-      });
+      wait_phase([&] { return has_create_or_end(r); });
       {
         std::lock_guard lk(r.inbox_mu);
         if (!r.creates.empty())
           fail(what, "rank 0 CREATEd another process on this rank, but its previous process called exit(); return "
                      "from the function instead");
       }
-      finish(r);
+      finish_mdsm(r);
     });
-  }
+  }).join();
+  finish_mpi(r);
 }
 
 // The region size for MAIN_INITENV(, bytes): rank 0's arena must hold `bytes`. Half of the region
@@ -283,7 +326,7 @@ void mdsm_parmacs_init(size_t shared_bytes, const char* text, const char* file, 
     r->end_h = mdsm::register_handler("mdsm.parmacs.end", on_end);
     r->busy.assign(static_cast<std::size_t>(r->size), false);
   });
-  std::atexit(at_exit);
+  on_exit(at_exit, nullptr);  // glibc: the handler learns the exit status
   if (r->rank != 0) worker_loop(*r);
   r->st = state::main_running;
 }
@@ -295,6 +338,7 @@ void mdsm_parmacs_end(const char* text, const char* file, int line) {
     fail(what, "MAIN_END in a CREATEd process; only the main process (rank 0) ends the program (a CREATEd "
                "process ends by returning from its function)");
   end_main(r, what);
+  finish_mpi(r);
   std::exit(0);
 }
 
@@ -337,10 +381,7 @@ void mdsm_parmacs_wait_for_end(long n, const char* text, const char* file, int l
                    " CREATEd process(es) are running; it would wait forever");
   guarded(what, [&] {
     for (long got = 0; got < n; ++got) {
-      mdsm::wait_until([&] {
-        std::lock_guard lk(r.inbox_mu);
-        return !r.dones.empty();
-      });
+      wait_phase([&] { return has_done(r); });
       mdsm::stored_message s;
       {
         std::lock_guard lk(r.inbox_mu);

@@ -4,8 +4,11 @@
  *                               (counted at init and at the first use), pause flags, two
  *                               fork-join phases; prints "parmacs_basics: P processes, all values
  *                               right" or exits non-zero
- *   parmacs_basics P MODE       one misuse each (the list in misuse() below); the job must end
- *                               with a message naming the macro
+ *   parmacs_basics P MODE       one misuse each (misuse_in_main() and the modes in Work); the
+ *                               job must end with a message naming the macro; or "exit-early"
+ *                               (exit(3) before any CREATE), "worker-exit" (the second
+ *                               phase's processes end with exit(0)) and "return-from-main" (no
+ *                               MAIN_END), which must end as the program says
  */
 MAIN_ENV
 #include <stdio.h>
@@ -90,6 +93,8 @@ static void Phase2(void) {
   GET_PID(pid)
   /* Written with no synchronization but the end of the process: WAIT_FOR_END makes it visible. */
   gl->phase2[pid] = 1000 + pid + rounds;
+  /* A process may end with exit() as a forked child did: as if it returned. */
+  if (strcmp(mode, "worker-exit") == 0 && pid != 0) exit(0);
 }
 
 static void misuse_in_main(void) {
@@ -124,6 +129,12 @@ int main(int argc, char** argv) {
   if (P < 1 || P > 16) {
     fprintf(stderr, "usage: parmacs_basics P [MODE]   (1 <= P <= 16)\n");
     exit(2);
+  }
+  if (strcmp(mode, "exit-early") == 0) {
+    /* exit() in the main process before any CREATE (a usage error) ends every rank. */
+    printf("parmacs_basics: exit before any CREATE\n");
+    fflush(stdout);
+    exit(3);
   }
   gl = (struct shared*)G_MALLOC(sizeof(struct shared));
   memset(gl, 0, sizeof *gl);
@@ -162,5 +173,6 @@ int main(int argc, char** argv) {
   else printf("parmacs_basics: %ld processes, %ld WRONG VALUES\n", P, gl->wrong);
   fflush(stdout);
   if (gl->wrong != 0) exit(1);
+  if (strcmp(mode, "return-from-main") == 0) return 0; /* no MAIN_END: the end runs at exit */
   MAIN_END
 }

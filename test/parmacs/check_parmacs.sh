@@ -15,6 +15,17 @@ run() {  # run RANKS P: the program must succeed and say all values are right
 }
 for n in 1 2 3 4; do run $n $n; done
 run 3 2  # a rank that is never CREATEd waits for the end and finalizes with the others
+# exit() ends a CREATEd process as a return does.
+timeout 120 "$mdsmrun" -n 3 "$prog" 3 worker-exit >"$out" 2>&1 || fail "worker-exit: exit status $?"
+grep -q "parmacs_basics: 3 processes, all values right" "$out" || fail "worker-exit: no verdict"
+# A return from main without MAIN_END ends the job as MAIN_END does.
+timeout 120 "$mdsmrun" -n 3 "$prog" 2 return-from-main >"$out" 2>&1 || fail "return-from-main: exit status $?"
+grep -q "parmacs_basics: 2 processes, all values right" "$out" || fail "return-from-main: no verdict"
+# exit() in the main process before any CREATE ends every rank, with its status.
+timeout 120 "$mdsmrun" -n 3 "$prog" 3 exit-early >"$out" 2>&1
+status=$?
+[[ $status -eq 3 ]] || fail "exit-early: exit status $status, not 3"
+grep -q "parmacs_basics: exit before any CREATE" "$out" || fail "exit-early: no message"
 
 misuse() {  # misuse RANKS P MODE TEXT: the job fails and says TEXT
   if timeout 120 "$mdsmrun" -n "$1" "$prog" "$2" "$3" >"$out" 2>&1; then fail "$3 was not refused"; fi

@@ -67,7 +67,7 @@ run -n 4 "$build/apps/sor/sor" --version=hybrid --quick
 # The PARMACS programs (CREATE sends the main process's globals to each host; each checks itself).
 run -n 4 "$build/examples/parmacs/parmacs_lu" -p4
 run -n 4 "$build/examples/parmacs/parmacs_radix" -p4
-run -n 4 "$build/examples/parmacs/parmacs_sor" -p4
+run -n 4 "$build/examples/parmacs/parmacs_sor" -p4 -m4000  # fewer deposits: each may take a remote lock
 # The failure detector across hosts: a stopped rank ends the job (status 75) with a report.
 echo "== failure detector: a rank stopped before a barrier"
 timeout 120 "$cluster" mpirun -x MDSM_WAIT_DEADLINE_S=3 -n 4 "$build/test/stopped_rank" barrier >"$out" 2>&1

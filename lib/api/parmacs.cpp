@@ -14,8 +14,9 @@
 // MAIN_END ends the job cleanly too, and a CREATEd process that calls exit(0) reports done and
 // waits for the end; exit with another status ends the job with it (MPI_Abort).
 //
-// Threads: the handlers (progress thread or a waiting application thread) touch only `inbox`
-// under `inbox_mu`; everything else belongs to the application thread.
+// Threads: the handlers (progress thread or a waiting application thread) touch only the inbox
+// (creates, dones, end_seen) under `inbox_mu`; everything else belongs to the application thread
+// that calls the macros (after exit(): to the thread at_exit starts, while the exiting one waits).
 #include "api/program_image.hpp"
 
 #include <mdsm/mdsm.hpp>

@@ -114,6 +114,11 @@ static void misuse_in_main(void) {
   if (strcmp(mode, "pause-private") == 0) PAUSEINIT(private_pause)
   if (strcmp(mode, "barinit-private-lazy") == 0) BARINIT(private_bar)
   if (strcmp(mode, "alockinit-too-many") == 0) ALOCKINIT(gl->slots, SLOTS + 1)
+  if (strcmp(mode, "init-twice") == 0) MAIN_INITENV()
+  if (strcmp(mode, "g-malloc-no-room") == 0) {
+    char* big = (char*)G_MALLOC((size_t)1 << 40);
+    big[0] = 1;
+  }
 }
 
 int main(int argc, char** argv) {

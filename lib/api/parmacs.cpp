@@ -118,16 +118,21 @@ void on_end(mdsm::message&) {
 }
 
 // Waits of a whole phase of the program -- a rank parked until rank 0 CREATEs on it or ends, rank 0
-// in WAIT_FOR_END behind the longest process -- are not waits for an answer that is due: they run
-// in one-second slices, each its own wait_until, so the failure detector's deadline
-// (MDSM_WAIT_DEADLINE_S) does not end a long program. The waits inside the processes (locks,
-// barriers, pages) keep it.
+// in WAIT_FOR_END behind the longest process -- are not waits for an answer that is due. They wait
+// as any other for 2 ms (a CREATE right after the last one is taken at once), then nap and poll
+// (naps growing to 1 ms): a rank parked for the whole program neither spins a core nor meets the
+// failure detector's deadline (MDSM_WAIT_DEADLINE_S), which only wait_until applies. Messages are
+// delivered meanwhile by the progress thread, or by the poll when there is none. The waits inside
+// the processes (locks, barriers, pages) keep the deadline.
 template <class Pred>
 void wait_phase(Pred&& done) {
-  for (;;) {
-    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(1);
-    mdsm::wait_until([&] { return done() || std::chrono::steady_clock::now() >= until; });
-    if (done()) return;
+  const auto spin_until = std::chrono::steady_clock::now() + std::chrono::milliseconds(2);
+  mdsm::wait_until([&] { return done() || std::chrono::steady_clock::now() >= spin_until; });
+  auto nap = std::chrono::microseconds(50);
+  while (!done()) {
+    std::this_thread::sleep_for(nap);
+    mdsm::poll();
+    nap = std::min(nap * 2, std::chrono::microseconds(1000));
   }
 }
 

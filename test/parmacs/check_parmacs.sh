@@ -15,6 +15,9 @@ run() {  # run RANKS P: the program must succeed and say all values are right
 }
 for n in 1 2 3 4; do run $n $n; done
 run 3 2  # a rank that is never CREATEd waits for the end and finalizes with the others
+# Without a progress thread, parked ranks deliver their messages themselves.
+timeout 120 "$mdsmrun" -x MDSM_PROGRESS_THREAD=0 -n 3 "$prog" 3 >"$out" 2>&1 || fail "no progress thread: exit status $?"
+grep -q "parmacs_basics: 3 processes, all values right" "$out" || fail "no progress thread: no verdict"
 # exit() ends a CREATEd process as a return does.
 timeout 120 "$mdsmrun" -n 3 "$prog" 3 worker-exit >"$out" 2>&1 || fail "worker-exit: exit status $?"
 grep -q "parmacs_basics: 3 processes, all values right" "$out" || fail "worker-exit: no verdict"

@@ -34,9 +34,14 @@ struct shared {
 static struct shared* gl;
 static long P = 1;
 static double params[3];
-static const char* label = "basics"; /* a relocated word: must point at this rank's string */
+/* Relocated words (initialized with addresses in the program; not static, so the compiler keeps
+ * them): CREATE moves them to this rank's program, also after the main process changed them. */
+const char* label = "unset"; /* the main process sets it to "basics" */
 static char mode[32];
 static long rounds;
+static long twice(long x) { return 2 * x; }
+long (*hook)(long) = twice;
+long* p_of_p = &P;
 static LOCKDEC(private_lock) /* a lock handle in a private global, made before CREATE */
 static BARDEC(private_bar)
 static PAUSEDEC(private_pause)
@@ -59,6 +64,8 @@ static void Work(void) {
   check(P >= 1 && rounds == 50, "P and rounds from the main process", pid);
   check(params[0] == 0.5 && params[1] == -3.25 && params[2] == 1e200, "params from the main process", pid);
   check(strcmp(label, "basics") == 0, "a statically initialized pointer", pid);
+  check(hook(21) == 42 && p_of_p == &P && *p_of_p == P, "a function pointer and a pointer to a global", pid);
+  check(fileno(stderr) == 2, "this rank's own stderr (a copy relocation)", pid);
 
   if (strcmp(mode, "create-in-worker") == 0 && pid != 0) CREATE(Work)
   if (strcmp(mode, "main-end-in-worker") == 0 && pid != 0) MAIN_END
@@ -151,6 +158,7 @@ int main(int argc, char** argv) {
   PAUSEINIT(gl->go)
   LOCKINIT(private_lock)
   BARINIT(private_bar, P)
+  label = "basics";
   params[0] = 0.5;
   params[1] = -3.25;
   params[2] = 1e200;

@@ -16,8 +16,11 @@
  *     then sees rank 0's shared-memory writes), takes the globals, and runs f;
  *   - when f returns, rank k sends rank 0 a RELEASE "done" and waits for the next CREATE or for
  *     the end; WAIT_FOR_END(n) on rank 0 accepts n of those, so rank 0 sees the workers' writes;
- *   - MAIN_END (or exit, or returning from main) on rank 0 waits for workers still running, tells
- *     every rank to end, and finalizes: the job ends with rank 0's exit status.
+ *   - MAIN_END (or exit(0), or returning from main) on rank 0 waits for workers still running,
+ *     tells every rank to end, and finalizes; exit(0) in a CREATEd process is its return; exit
+ *     with another status on any rank ends the whole job with that status (MPI_Abort);
+ *   - the parked waits (for a CREATE, for the end, WAIT_FOR_END) nap after 2 ms and are exempt
+ *     from the failure detector's deadline: they wait for a phase of the program.
  * Locks, barriers and pause flags are handles (docs/SYNC.md "Handles"): made by one rank, no
  * message, an 8-byte value that may live inside G_MALLOC'd memory and works on every rank.
  *

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Cross-host test: the multi-rank test suite, every application and the failure detector across
-# 4 hosts (network namespaces joined by a bridge, Open MPI over TCP only), and the flow-control
-# floods also between 2 hosts, using the workplace's netns-cluster script. Skipped (exit 77) when
-# it cannot run here: not root, no netns-cluster, or namespaces not permitted.
+# Cross-host test: the multi-rank test suite, every application, the PARMACS programs and the
+# failure detector across 4 hosts (network namespaces joined by a bridge, Open MPI over TCP
+# only), and the flow-control floods also between 2 hosts, using the workplace's netns-cluster
+# script. Skipped (exit 77) when it cannot run here: not root, no netns-cluster, or namespaces
+# not permitted.
 #   check_cluster.sh BUILD_DIR SOURCE_DIR
 set -uo pipefail
 build=$1
@@ -63,6 +64,10 @@ run -n 4 "$build/apps/tsp/tsp" --version=hybrid --quick
 run -n 4 "$build/apps/matmul/matmul" --version=hybrid --quick
 run -n 4 "$build/apps/apsp/apsp" --version=hybrid --quick
 run -n 4 "$build/apps/sor/sor" --version=hybrid --quick
+# The PARMACS programs (CREATE sends the main process's globals to each host; each checks itself).
+run -n 4 "$build/examples/parmacs/parmacs_lu" -p4
+run -n 4 "$build/examples/parmacs/parmacs_radix" -p4
+run -n 4 "$build/examples/parmacs/parmacs_sor" -p4 -m4000  # fewer deposits: each may take a remote lock
 # The failure detector across hosts: a stopped rank ends the job (status 75) with a report.
 echo "== failure detector: a rank stopped before a barrier"
 timeout 120 "$cluster" mpirun -x MDSM_WAIT_DEADLINE_S=3 -n 4 "$build/test/stopped_rank" barrier >"$out" 2>&1

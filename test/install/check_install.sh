@@ -16,7 +16,7 @@ sed -i "s|^prefix=|prefix=$dest|" "$pcdir/mdsm.pc"
 export PKG_CONFIG_PATH="$pcdir"
 libdir=$(pkg-config --variable=libdir mdsm)
 ls "$libdir"/libmdsm.so "$libdir"/libmdsm.a >/dev/null
-for h in mdsm.h mdsm.hpp mdsm_status.h error.hpp; do
+for h in mdsm.h mdsm.hpp mdsm_status.h error.hpp parmacs.h parmacs.m4; do
   [[ -f "$(pkg-config --variable=includedir mdsm)/mdsm/$h" ]] || { echo "header $h missing" >&2; exit 1; }
 done
 cd "$dest"
@@ -48,4 +48,19 @@ for prog in hello_c hello_cpp hello_static; do
   echo "$out"
   grep -q "rank 1 read: hello from rank 0 of 2" <<<"$out" || { echo "$prog did not greet" >&2; exit 1; }
 done
+# A PARMACS program through the installed macro set (m4, then cc), on 2 ranks; with the static
+# libmdsm it is refused at MAIN_INITENV (mdsm's state would be among the globals CREATE copies).
+incdir=$(pkg-config --variable=includedir mdsm)
+m4 -s "$incdir/mdsm/parmacs.m4" "$src/examples/parmacs/radix.C" >radix.c
+"${cc[@]}" "${sanitize[@]}" -std=c11 -Wall -Wextra -Werror -c -o radix.o radix.c $(pkg-config --cflags mdsm)
+"${cxx[@]}" "${sanitize[@]}" -o radix radix.o $(pkg-config --libs mdsm)
+out=$("$src/tools/mdsmrun" -n 2 ./radix -p2 -n4096)
+echo "$out" | grep "^check:"
+grep -q "^check: matches qsort" <<<"$out" || { echo "the PARMACS program did not sort" >&2; exit 1; }
+"${cxx[@]}" "${sanitize[@]}" -o radix_static radix.o "$libdir/libmdsm.a" $(pkg-config --libs ompi-c hwloc) -lpthread
+if out=$("$src/tools/mdsmrun" -n 1 ./radix_static 2>&1); then
+  echo "the PARMACS program linked with libmdsm.a was not refused" >&2
+  exit 1
+fi
+grep -q "mdsm is linked statically into the program" <<<"$out" || { echo "no reason given: $out" >&2; exit 1; }
 echo "install check passed"

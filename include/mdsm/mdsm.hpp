@@ -330,7 +330,9 @@ void set_gc_threshold(std::uint64_t bytes);
 //
 // Completion. A blocking call returns once the operation is complete at the target (a put's
 // bytes are in the target's copy, a get's are in dst, an atomic has run). A non-blocking call
-// returns an nc_request at once; the source of a put_nb may be reused as soon as it returns.
+// returns an nc_request at once. put_nb copies a source of less than 64 KiB (or one in coherent
+// memory) before it returns; a larger one is read until the request completes (it travels as one
+// MPI message straight from there): leave it unchanged until then.
 // Ordering: the operations one thread issues to one rank are applied there in issue order (a get
 // after a put sees it); operations of different threads or to different ranks are not ordered.
 // A remote range need not be allocated, only inside the region.

@@ -2,6 +2,7 @@
 
 #include "common/check.hpp"
 #include "common/deferred.hpp"
+#include "common/env.hpp"
 #include "common/wait_subject.hpp"
 
 #include <algorithm>
@@ -26,11 +27,29 @@ std::size_t chunks(std::size_t n) { return (n + one_sided::k_chunk_bytes - 1) / 
 }  // namespace
 
 one_sided::one_sided(net::transport& t, net::progress& p, noncoherent_region& r, const coherence::region_map& coherent)
-    : transport_(t), progress_(p), region_(r), coherent_(coherent), rank_(t.rank()) {
+    : transport_(t),
+      progress_(p),
+      region_(r),
+      coherent_(coherent),
+      rank_(t.rank()),
+      body_min_(detail::env_size("MDSM_NONCOHERENT_BODY_MIN", k_body_min)),
+      tags_(k_tags, false) {
+  if (PMPI_Comm_dup(transport_.collective_comm(), &body_comm_) != MPI_SUCCESS)
+    detail::fail(MDSM_ERR_MPI, "MPI_Comm_dup failed while setting up the non-coherent region");
+  MPI_Comm_set_errhandler(body_comm_, MPI_ERRORS_RETURN);
   transport_.set_handler(net::channel::noncoherent, &one_sided::on_frame, this);
 }
 
-one_sided::~one_sided() { transport_.set_handler(net::channel::noncoherent, nullptr, nullptr); }
+one_sided::~one_sided() {
+  transport_.set_handler(net::channel::noncoherent, nullptr, nullptr);
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (finalized) return;
+  // Bodies still in flight (requests never waited for): the peer posted its side, so they end.
+  for (auto& op : bodies_) PMPI_Wait(&op->body, MPI_STATUS_IGNORE);
+  for (auto& r : sends_) PMPI_Wait(&r, MPI_STATUS_IGNORE);
+  PMPI_Comm_free(&body_comm_);
+}
 
 // ---- checks ------------------------------------------------------------------------------------
 
@@ -56,6 +75,69 @@ void one_sided::check_local(const void* p, std::size_t n, const char* what) cons
     detail::fail(MDSM_ERR_HANDLER_CONTEXT, what, " from message handler '", h,
                  "': its local buffer lies in the coherent region, which handlers must not touch; use private or "
                  "non-coherent memory there (or issue it from an application thread)");
+}
+
+bool one_sided::coherent_overlap(const void* p, std::size_t n) const noexcept {
+  const auto a = addr_of(p), c = addr_of(coherent_.app_base());
+  return n != 0 && a < c + coherent_.size() && c < a + n;
+}
+
+// ---- bodies --------------------------------------------------------------------------------------
+
+int one_sided::claim_tag() {
+  std::lock_guard lk(ops_mutex_);
+  for (int k = 0; k < k_tags; ++k) {
+    const int tag = (next_tag_ + k) % k_tags;
+    if (!tags_[static_cast<std::size_t>(tag)]) {
+      tags_[static_cast<std::size_t>(tag)] = true;
+      next_tag_ = (tag + 1) % k_tags;
+      return tag;
+    }
+  }
+  return -1;
+}
+
+void one_sided::release_tag(int tag) {
+  std::lock_guard lk(ops_mutex_);
+  tags_[static_cast<std::size_t>(tag)] = false;
+}
+
+void one_sided::add_body(const op_ptr& op) {
+  std::lock_guard lk(bodies_mutex_);
+  bodies_.push_back(op);
+  bodies_in_flight_.fetch_add(1, std::memory_order_release);
+}
+
+void one_sided::retire_bodies() {
+  std::unique_lock lk(bodies_mutex_, std::try_to_lock);
+  if (!lk.owns_lock()) return;  // another thread is at it (or adding one)
+  for (std::size_t i = 0; i < bodies_.size();) {
+    int done = 0;
+    if (PMPI_Test(&bodies_[i]->body, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS)
+      detail::fail(MDSM_ERR_MPI, bodies_[i]->what, ": MPI_Test of its bytes' transfer failed");
+    if (!done) {
+      ++i;
+      continue;
+    }
+    op_ptr op = std::move(bodies_[i]);
+    bodies_[i] = std::move(bodies_.back());
+    bodies_.pop_back();
+    bodies_in_flight_.fetch_sub(1, std::memory_order_relaxed);
+    release_tag(op->tag);
+    op->remaining.fetch_sub(1, std::memory_order_release);  // the bytes are where they belong
+  }
+  for (std::size_t i = 0; i < sends_.size();) {
+    int done = 0;
+    if (PMPI_Test(&sends_[i], &done, MPI_STATUS_IGNORE) != MPI_SUCCESS)
+      detail::fail(MDSM_ERR_MPI, "get: MPI_Test of a body sent to the origin failed");
+    if (!done) {
+      ++i;
+      continue;
+    }
+    sends_[i] = sends_.back();
+    sends_.pop_back();
+    bodies_in_flight_.fetch_sub(1, std::memory_order_relaxed);
+  }
 }
 
 // ---- starting operations -----------------------------------------------------------------------
@@ -105,13 +187,25 @@ one_sided::op_ptr one_sided::get(void* dst, int rank, const void* src, std::size
     std::memmove(dst, src, n);
     return op;
   }
-  const auto d = addr_of(dst), c = addr_of(coherent_.app_base());
-  if (d < c + coherent_.size() && c < d + n) {
+  if (coherent_overlap(dst, n)) {
     op->staged.resize(n);
     op->dst = op->staged.data();
     op->coherent_dst = static_cast<std::byte*>(dst);
   } else {
     op->dst = static_cast<std::byte*>(dst);
+  }
+  if (n >= body_min_ && n <= k_body_max && (op->tag = claim_tag()) >= 0) {
+    // The bytes come as one MPI message straight into dst (or the staging buffer).
+    op->remaining.store(1, std::memory_order_relaxed);
+    if (PMPI_Irecv(op->dst, static_cast<int>(n), MPI_BYTE, rank, op->tag, body_comm_, &op->body) != MPI_SUCCESS) {
+      release_tag(op->tag);
+      detail::fail(MDSM_ERR_MPI, "get: MPI_Irecv for its bytes failed");
+    }
+    add_body(op);
+    const auto fields = words(addr_of(src), n, op->tag);
+    send(rank, op_get_body, 0, std::as_bytes(std::span(fields)));
+    transport_.bells().ring(rank);
+    return op;
   }
   op->remaining.store(static_cast<std::uint32_t>(chunks(n)), std::memory_order_relaxed);
   const std::uint32_t token = track(op);
@@ -129,6 +223,23 @@ one_sided::op_ptr one_sided::put(int rank, void* dst, const void* src, std::size
   if (n == 0) return op;
   if (rank == rank_) {
     std::memmove(dst, src, n);
+    return op;
+  }
+  // A source in coherent memory is read by memcpy on this thread (its pages may need faults), not
+  // by MPI: it takes the framed path.
+  if (n >= body_min_ && n <= k_body_max && !coherent_overlap(src, n) && (op->tag = claim_tag()) >= 0) {
+    // The bytes go as one MPI message from src; the ack says they are in place.
+    op->remaining.store(2, std::memory_order_relaxed);  // the ack, and the body's completion
+    const std::uint32_t token = track(op);
+    if (PMPI_Isend(src, static_cast<int>(n), MPI_BYTE, rank, op->tag, body_comm_, &op->body) != MPI_SUCCESS) {
+      forget(token);
+      release_tag(op->tag);
+      detail::fail(MDSM_ERR_MPI, "put: MPI_Isend of its bytes failed");
+    }
+    add_body(op);
+    const auto fields = words(addr_of(dst), n, op->tag);
+    send(rank, op_put_body, token, std::as_bytes(std::span(fields)));
+    transport_.bells().ring(rank);
     return op;
   }
   op->remaining.store(1, std::memory_order_relaxed);
@@ -207,7 +318,10 @@ void one_sided::wait(detail::nc_operation& op) {
     detail::wait_subject subject{.what = op.what, .object = nullptr, .id = 0, .peer = op.target,
                                  .peer_role = "the target of a one-sided operation"};
     detail::waiting_for waiting(subject);
-    progress_.wait_until([&] { return op.remaining.load(std::memory_order_acquire) == 0; });
+    progress_.wait_until([&] {
+      retire_bodies_if_any();
+      return op.remaining.load(std::memory_order_acquire) == 0;
+    });
   }
   finish(op);
 }
@@ -215,6 +329,7 @@ void one_sided::wait(detail::nc_operation& op) {
 bool one_sided::test(detail::nc_operation& op) {
   if (op.remaining.load(std::memory_order_acquire) != 0) {
     if (net::current_handler() == nullptr) progress_.poll_once();
+    retire_bodies_if_any();
     if (op.remaining.load(std::memory_order_acquire) != 0) return false;
   }
   finish(op);
@@ -250,8 +365,11 @@ void one_sided::free(void* p) {
 void one_sided::on_frame(void* ctx, const net::inbound_frame& f) {
   auto* self = static_cast<one_sided*>(ctx);
   net::handler_scope scope("mdsm non-coherent region");
+  self->retire_bodies_if_any();
   switch (f.header.handler) {
     case op_get: return self->serve_get(f);
+    case op_put_body: return self->serve_put_body(f);
+    case op_get_body: return self->serve_get_body(f);
     case op_put: return self->serve_put(f);
     case op_fetch_add:
     case op_compare_swap: return self->serve_atomic(f);
@@ -315,6 +433,48 @@ void one_sided::serve_free(const net::inbound_frame& f) {
   send(f.source, op_free_reply, f.header.token, std::as_bytes(std::span(&status, 1)), std::as_bytes(std::span(why)));
 }
 
+namespace {
+struct body_fields {
+  std::uint64_t addr, len;
+  int tag;
+};
+body_fields read_body_fields(const net::inbound_frame& f, const noncoherent_region& region) {
+  net::byte_reader in(f.payload());
+  body_fields b{in.get<std::uint64_t>(), in.get<std::uint64_t>(), 0};
+  const auto tag = in.get<std::uint64_t>();
+  in.expect_done();
+  if (b.len == 0 || b.len > one_sided::k_body_max || !region.contains(ptr_of(b.addr), b.len))
+    net::byte_reader::malformed("a body outside the non-coherent region");
+  if (tag >= static_cast<std::uint64_t>(one_sided::k_tags)) net::byte_reader::malformed("a body tag out of range");
+  b.tag = static_cast<int>(tag);
+  return b;
+}
+}  // namespace
+
+void one_sided::serve_put_body(const net::inbound_frame& f) {
+  const body_fields b = read_body_fields(f, region_);
+  if (f.header.token == 0) net::byte_reader::malformed("put without a token");
+  // The origin posted the body before this frame: the receive does not wait for its application.
+  MPI_Status st;
+  if (PMPI_Recv(ptr_of(b.addr), static_cast<int>(b.len), MPI_BYTE, f.source, b.tag, body_comm_, &st) != MPI_SUCCESS)
+    detail::fail(MDSM_ERR_MPI, "put: MPI_Recv of the bytes from rank ", f.source, " failed");
+  if (net::received_bytes(st) != b.len) net::byte_reader::malformed("a put body of another length");
+  send(f.source, op_put_ack, f.header.token, {});
+}
+
+void one_sided::serve_get_body(const net::inbound_frame& f) {
+  const body_fields b = read_body_fields(f, region_);
+  MPI_Request r;
+  if (PMPI_Isend(ptr_of(b.addr), static_cast<int>(b.len), MPI_BYTE, f.source, b.tag, body_comm_, &r) != MPI_SUCCESS)
+    detail::fail(MDSM_ERR_MPI, "get: MPI_Isend of the bytes to rank ", f.source, " failed");
+  int done = 0;
+  PMPI_Test(&r, &done, MPI_STATUS_IGNORE);
+  if (done) return;
+  std::lock_guard lk(bodies_mutex_);
+  sends_.push_back(r);
+  bodies_in_flight_.fetch_add(1, std::memory_order_release);
+}
+
 void one_sided::take_get_reply(const net::inbound_frame& f) {
   net::byte_reader in(f.payload());
   const auto off = in.get<std::uint64_t>();
@@ -346,7 +506,7 @@ void one_sided::take_reply(const net::inbound_frame& f) {
     in.expect_done();
   }
   forget(f.header.token);
-  op->remaining.store(0, std::memory_order_release);
+  op->remaining.fetch_sub(1, std::memory_order_release);  // a put with a body also waits for it
 }
 
 }  // namespace mdsm::regions

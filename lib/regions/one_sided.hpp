@@ -15,8 +15,25 @@
 // Every address and length is checked against the region before use; a bad one is a malformed
 // frame (the origin checked it too, so only a corrupt peer sends one).
 //
-// Transfers are split into chunks of k_chunk_bytes (a put's frames, a get's replies), so no frame
-// approaches the transport's frame limit and a large transfer flows under the credit window.
+//   op_put_body       addr, len, tag            the bytes follow as one MPI message on tag `tag`
+//                                               of body_comm_ -> op_put_ack once received
+//   op_get_body       addr, len, tag            the target sends the bytes as one MPI message on
+//                                               tag `tag` of body_comm_ (no reply frame)
+//
+// Large transfers (k_body_min .. k_body_max bytes, local buffer outside the coherent region; the
+// lower bound is MDSM_NONCOHERENT_BODY_MIN, where a huge value turns bodies off) move
+// their bytes as one MPI message between the user's buffer and the region (a body), so MPI copies
+// them once (one CMA copy on one host) instead of three times through frames. The origin posts
+// its side first (MPI_Isend of a put's source, MPI_Irecv into a get's destination), then sends the
+// frame; the target receives a put's body in its handler (posted already, so the receive does not
+// wait for the origin's application; it may wait for the origin's MPI progress, as the transport's
+// large frames do) and posts a get's body with MPI_Isend. Every transfer in flight has its own tag
+// (up to k_tags at once; beyond, transfers take the framed path), so bodies match their frames
+// whatever the order of threads. Body requests are completed by retire_bodies, called by waits,
+// tests and every non-coherent frame. A put_nb whose body is in flight reads its source until it
+// completes.
+// Smaller transfers are split into chunks of k_chunk_bytes (a put's frames, a get's replies), so
+// no frame approaches the transport's frame limit and a transfer flows under the credit window.
 // Frames of one sender arrive in order, so a put's chunks are applied before its ack, and the
 // operations one thread issues to one rank are applied in issue order.
 //
@@ -34,6 +51,8 @@
 #include "net/progress.hpp"
 #include "net/transport.hpp"
 #include "regions/noncoherent_region.hpp"
+
+#include <mpi.h>
 
 #include <atomic>
 #include <cstddef>
@@ -57,6 +76,8 @@ struct nc_operation {
   std::byte* coherent_dst = nullptr;
   std::vector<std::byte> staged;  // also a failed remote free's message
   bool finished = false;           // the owner's side is done (the copy made)
+  MPI_Request body = MPI_REQUEST_NULL;  // a body in flight (retire_bodies completes it)
+  int tag = -1;                         // its tag on body_comm_
   int target = -1;
   const char* what = "";
 };
@@ -68,6 +89,9 @@ namespace mdsm::regions {
 class one_sided {
  public:
   static constexpr std::size_t k_chunk_bytes = std::size_t{256} << 10;
+  static constexpr std::size_t k_body_min = std::size_t{64} << 10;
+  static constexpr std::size_t k_body_max = std::size_t{1} << 30;  // MPI counts are int
+  static constexpr int k_tags = 32767;                              // MPI_TAG_UB is at least this
   enum op : std::uint32_t {
     op_get = 1,
     op_get_reply = 2,
@@ -78,6 +102,8 @@ class one_sided {
     op_atomic_reply = 7,
     op_free = 8,
     op_free_reply = 9,
+    op_put_body = 10,
+    op_get_body = 11,
   };
   using op_ptr = std::shared_ptr<detail::nc_operation>;
 
@@ -115,6 +141,19 @@ class one_sided {
   void serve_free(const net::inbound_frame& f);
   void take_get_reply(const net::inbound_frame& f);
   void take_reply(const net::inbound_frame& f);  // put ack, atomic and free replies
+  void serve_put_body(const net::inbound_frame& f);
+  void serve_get_body(const net::inbound_frame& f);
+  // A free tag for a body, or -1 if k_tags are in flight.
+  int claim_tag();
+  void release_tag(int tag);
+  void add_body(const op_ptr& op);
+  // Completes the body requests that are done (decrementing their operations' `remaining`) and
+  // drops completed get-body sends. Any context; returns at once if another thread is at it.
+  void retire_bodies();
+  void retire_bodies_if_any() {
+    if (bodies_in_flight_.load(std::memory_order_acquire) != 0) retire_bodies();
+  }
+  bool coherent_overlap(const void* p, std::size_t n) const noexcept;
 
   void check_rank(int rank, const char* what) const;
   void check_remote(const void* p, std::size_t n, const char* what) const;
@@ -134,9 +173,17 @@ class one_sided {
   noncoherent_region& region_;
   const coherence::region_map& coherent_;
   int rank_;
+  std::uint64_t body_min_;  // MDSM_NONCOHERENT_BODY_MIN, default k_body_min
   std::mutex ops_mutex_;
   std::unordered_map<std::uint32_t, op_ptr> ops_;
   std::uint32_t next_token_ = 1;  // 0: no reply expected
+  std::vector<bool> tags_;        // tags in use (ops_mutex_)
+  int next_tag_ = 0;
+  MPI_Comm body_comm_ = MPI_COMM_NULL;  // bodies only: a duplicate, so no frame can match them
+  std::mutex bodies_mutex_;             // guards bodies_ and sends_
+  std::vector<op_ptr> bodies_;          // this rank's operations with a body in flight
+  std::vector<MPI_Request> sends_;      // get bodies this rank sends as a target
+  std::atomic<std::size_t> bodies_in_flight_{0};  // bodies_.size() + sends_.size()
 };
 
 }  // namespace mdsm::regions

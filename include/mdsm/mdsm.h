@@ -30,6 +30,7 @@ typedef struct mdsm_options {
   int progress_thread;        /* nonzero: run a progress thread (MDSM_PROGRESS_THREAD overrides) */
   double wait_deadline_s;     /* a wait for another rank longer than this ends the job (see
                                  mdsm::options); 0: MDSM_WAIT_DEADLINE_S or 600; < 0: none */
+  size_t noncoherent_size;    /* bytes of the non-coherent region; 0: MDSM_NONCOHERENT_SIZE or 1 GiB */
 } mdsm_options;
 
 /* Fills in the defaults. */
@@ -115,6 +116,44 @@ mdsm_status mdsm_gc(void); /* collective */
  * (it grows with mdsm_alloc_collective) until mdsm_set_gc_threshold fixes it. */
 mdsm_status mdsm_gc_threshold(uint64_t* bytes);
 mdsm_status mdsm_set_gc_threshold(uint64_t bytes);
+
+/* ---- the non-coherent region (see mdsm.hpp for the semantics) --------------------------------
+ * Mapped at one address on every rank; every rank has its own bytes there and mdsm keeps no
+ * consistency. Any rank reads and writes another rank's copy with get/put and 64-bit atomics;
+ * the operations one thread issues to one rank are applied there in order. Handlers may use the
+ * _nb calls and mdsm_request_test; the blocking calls and mdsm_request_wait give
+ * MDSM_ERR_HANDLER_CONTEXT there. Errors: MDSM_ERR_INVALID_RANK, MDSM_ERR_NOT_IN_REGION (remote
+ * range outside the region), MDSM_ERR_INVALID_ARGUMENT (NULL buffer, misaligned atomic word),
+ * MDSM_ERR_INVALID_HANDLE (a null, finished or unknown request). */
+
+mdsm_status mdsm_nc_alloc(size_t bytes, void** ptr);            /* non-collective, unique address */
+mdsm_status mdsm_nc_alloc_collective(size_t bytes, void** ptr); /* collective, same address */
+mdsm_status mdsm_nc_free(void* ptr);
+mdsm_status mdsm_nc_free_collective(void* ptr);
+int mdsm_is_noncoherent(const void* ptr);
+
+/* A non-blocking operation in flight; a zero id is the null request. */
+typedef struct mdsm_request {
+  uint64_t id;
+} mdsm_request;
+
+/* bytes from rank's copy of [src, src + bytes) to dst / from src to rank's copy of [dst, ...) */
+mdsm_status mdsm_get(void* dst, int rank, const void* src, size_t bytes);
+mdsm_status mdsm_put(int rank, void* dst, const void* src, size_t bytes);
+mdsm_status mdsm_get_nb(void* dst, int rank, const void* src, size_t bytes, mdsm_request* req);
+mdsm_status mdsm_put_nb(int rank, void* dst, const void* src, size_t bytes, mdsm_request* req);
+/* *old (may be NULL) gets the word's value before the operation. */
+mdsm_status mdsm_fetch_add(int rank, uint64_t* word, uint64_t value, uint64_t* old);
+mdsm_status mdsm_compare_swap(int rank, uint64_t* word, uint64_t expected, uint64_t desired, uint64_t* old);
+mdsm_status mdsm_fetch_add_nb(int rank, uint64_t* word, uint64_t value, mdsm_request* req);
+mdsm_status mdsm_compare_swap_nb(int rank, uint64_t* word, uint64_t expected, uint64_t desired, mdsm_request* req);
+/* Waits until complete; *value (may be NULL) gets an atomic's old value. The request is then
+ * released and *req becomes the null request. Application threads only. */
+mdsm_status mdsm_request_wait(mdsm_request* req, uint64_t* value);
+/* *done = 1 once complete (then as mdsm_request_wait), else 0. Any context. */
+mdsm_status mdsm_request_test(mdsm_request* req, int* done, uint64_t* value);
+/* Releases a request without waiting; the operation still completes. *req becomes null. */
+mdsm_status mdsm_request_free(mdsm_request* req);
 
 /* ---- coordination (see mdsm.hpp for the semantics) ------------------------------------------
  * Create and destroy collectively (every rank, same order). manager < 0: the default manager. */

@@ -31,6 +31,7 @@ mdsm::options to_options(const mdsm_options* o) {
   opts.strict_address = o->strict_address != 0;
   opts.progress_thread = o->progress_thread != 0;
   opts.wait_deadline_s = o->wait_deadline_s;
+  opts.noncoherent_size = o->noncoherent_size;
   return opts;
 }
 

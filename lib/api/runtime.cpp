@@ -50,6 +50,8 @@ runtime::~runtime() {
   messages::set_current(nullptr);
   if (progress) progress->stop_thread();
   allocator.reset();
+  one_sided.reset();
+  noncoherent.reset();
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (mpi_ext_comm != MPI_COMM_NULL && !finalized) PMPI_Comm_free(&mpi_ext_comm);
@@ -149,6 +151,15 @@ void init(MPI_Comm comm, const options& opts) {
   r->endpoint = std::make_unique<messages::endpoint>(*r->transport, *r->progress, *r->engine);
   messages::set_current(r->endpoint.get());
   r->allocator = std::make_unique<regions::coherent_allocator>(*r->engine, *r->endpoint);
+  // The non-coherent region goes right next to the coherent one where every rank has room there.
+  regions::noncoherent_config nc;
+  if (opts.noncoherent_size != 0) nc.size = opts.noncoherent_size;
+  nc = regions::noncoherent_config::from_env(nc);
+  const coherence::region_map& coherent = r->engine->region();
+  r->noncoherent = std::make_unique<regions::noncoherent_region>(
+      r->transport->collective_comm(), nc, reinterpret_cast<std::uintptr_t>(coherent.app_base()),
+      reinterpret_cast<std::uintptr_t>(coherent.app_base()) + coherent.size());
+  r->one_sided = std::make_unique<regions::one_sided>(*r->transport, *r->progress, *r->noncoherent, coherent);
   PMPI_Comm_dup(comm, &r->mpi_ext_comm);
   MPI_Comm_set_errhandler(r->mpi_ext_comm, MPI_ERRORS_RETURN);
   r->user_comm = comm;
@@ -277,6 +288,10 @@ void free_collective(void* p) {
 
 bool is_coherent(const void* p) noexcept {
   return detail::g_runtime && detail::g_runtime->engine->region().contains(p);
+}
+
+bool is_noncoherent(const void* p) noexcept {
+  return detail::g_runtime && detail::g_runtime->noncoherent && detail::g_runtime->noncoherent->contains(p);
 }
 
 void gc() { detail::rt_blocking("gc").engine->gc(); }

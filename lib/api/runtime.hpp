@@ -7,6 +7,8 @@
 #include "net/progress.hpp"
 #include "net/transport.hpp"
 #include "regions/coherent_allocator.hpp"
+#include "regions/noncoherent_region.hpp"
+#include "regions/one_sided.hpp"
 #include "sync/services.hpp"
 
 #include <atomic>
@@ -35,6 +37,8 @@ struct runtime {
   std::unique_ptr<coherence::engine> engine;
   std::unique_ptr<messages::endpoint> endpoint;
   std::unique_ptr<regions::coherent_allocator> allocator;
+  std::unique_ptr<regions::noncoherent_region> noncoherent;
+  std::unique_ptr<regions::one_sided> one_sided;  // get, put, atomics on `noncoherent`
   std::unique_ptr<sync::services> sync;  // built last, over the public API
   // mpi_ext's side channel: a duplicate of the communicator mdsm was initialized over (ranks are
   // mdsm ranks), carrying the consistency information of annotated MPI messages.

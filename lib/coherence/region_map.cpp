@@ -2,11 +2,10 @@
 
 #include "common/check.hpp"
 #include "common/env.hpp"
+#include "net/placement.hpp"
 #include "os/vm.hpp"
 
-#include <cinttypes>
 #include <optional>
-#include <cstdio>
 #include <vector>
 
 namespace mdsm::coherence {
@@ -15,17 +14,9 @@ namespace {
 
 constexpr std::size_t k_max_size = std::size_t{1} << 44;  // 16 TiB of reservation per view
 constexpr std::size_t k_max_unit = std::size_t{1} << 20;
-// Fallback addresses, tried after the ranks' own proposals: high, rarely used, 1 TiB apart.
-constexpr std::uintptr_t k_fallbacks[] = {0x100000000000, 0x200000000000, 0x300000000000, 0x500000000000};
 
 void mpi_ok(int rc, const char* what) {
   if (rc != MPI_SUCCESS) detail::fail(MDSM_ERR_MPI, what, " failed while mapping the coherent region");
-}
-
-std::string hex(std::uintptr_t a) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "0x%" PRIxPTR, a);
-  return buf;
 }
 
 }  // namespace
@@ -92,46 +83,25 @@ region_map::region_map(MPI_Comm comm, const region_config& cfg) {
                  ", units ", lo[1], "..", hi[1], "); set MDSM_COHERENT_SIZE the same everywhere");
 
   fd_ = os::create_backing(size_, "mdsm-coherent");
-
-  std::vector<std::uintptr_t> candidates;
-  if (cfg.address != 0) candidates.push_back(cfg.address);
-  if (!cfg.strict_address) {
-    for (int r = 0; r < std::min(ranks_, 4); ++r) candidates.push_back(0);  // 0: rank r proposes
-    candidates.insert(candidates.end(), std::begin(k_fallbacks), std::end(k_fallbacks));
-  }
-  std::string tried;
-  int proposer = 0;
-  for (std::uintptr_t candidate : candidates) {
-    unsigned long long addr = candidate;
-    if (candidate == 0) {
-      // A rank's kernel suggests a free range; leave a gap below it for the library view.
-      addr = rank == proposer ? reinterpret_cast<std::uintptr_t>(os::propose_address(size_)) : 0;
-      mpi_ok(PMPI_Bcast(&addr, 1, MPI_UNSIGNED_LONG_LONG, proposer, comm), "MPI_Bcast");
-      ++proposer;
-      if (addr == 0) continue;
-    }
-    const bool aligned = addr % page == 0 && addr + size_ <= os::address_space_end() && addr + size_ > addr;
-    int ok = aligned && os::map_fixed_noreplace(reinterpret_cast<void*>(addr), size_, fd_, os::prot::none) ? 1 : 0;
-    int all = 0;
-    mpi_ok(PMPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, comm), "MPI_Allreduce");
-    if (all == 1) {
-      app_ = reinterpret_cast<std::byte*>(addr);
-      break;
-    }
-    if (ok) os::unmap(reinterpret_cast<void*>(addr), size_);
-    tried += (tried.empty() ? "" : ", ") + hex(static_cast<std::uintptr_t>(addr));
-  }
-  if (app_ == nullptr) {
+  net::placement at;
+  try {
+    at = net::place_collectively(
+        comm, {.what = "coherent region",
+               .size = size_,
+               .preferred = {cfg.address},
+               .strict = cfg.strict_address,
+               .advice = cfg.strict_address ? "drop the strict address requirement or pick another MDSM_COHERENT_ADDRESS"
+                                            : "set a smaller MDSM_COHERENT_SIZE or a free MDSM_COHERENT_ADDRESS",
+               .map = [this](std::uintptr_t a) {
+                 return os::map_fixed_noreplace(reinterpret_cast<void*>(a), size_, fd_, os::prot::none);
+               }});
+  } catch (...) {
     os::close_backing(fd_);
-    detail::fail(MDSM_ERR_REGION_MAP, "could not map the ", size_, "-byte coherent region at one address on all ",
-                 ranks_, " ranks (tried ", tried.empty() ? std::string("nothing") : tried,
-                 "); something else is mapped there on some rank",
-                 cfg.strict_address ? ": drop the strict address requirement or pick another MDSM_COHERENT_ADDRESS"
-                                    : ": set a smaller MDSM_COHERENT_SIZE or a free MDSM_COHERENT_ADDRESS");
+    throw;
   }
+  app_ = at.base;
   lib_ = static_cast<std::byte*>(os::map_anywhere(size_, fd_));
-  placement_ = hex(reinterpret_cast<std::uintptr_t>(app_)) +
-               (tried.empty() ? std::string() : " (after collisions at " + tried + ")");
+  placement_ = std::move(at.description);
 }
 
 region_map::~region_map() {

@@ -133,16 +133,18 @@ struct staging {
 thread_local staging t_staging;
 }  // namespace
 
-void transport::send_staged(int dest, frame_header h, std::span<const std::byte> payload) {
-  const std::uint64_t len = sizeof(frame_header) + payload.size();
+void transport::send_staged(int dest, frame_header h, std::span<const std::byte> payload,
+                            std::span<const std::byte> more) {
+  const std::uint64_t len = sizeof(frame_header) + payload.size() + more.size();
   check_frame_size(len);
   // Before the staging buffer is touched: a wait for credits may run a handler that sends.
   const std::uint8_t flags = claim(dest, flow_.cost(len));
-  h.payload_len = static_cast<std::uint32_t>(payload.size());
+  h.payload_len = static_cast<std::uint32_t>(payload.size() + more.size());
   h.cinfo_len = 0;
   std::byte* const buffer = t_staging.get(len, inline_max_, *this);
   std::memcpy(buffer, &h, sizeof h);
-  std::memcpy(buffer + sizeof h, payload.data(), payload.size());
+  if (!payload.empty()) std::memcpy(buffer + sizeof h, payload.data(), payload.size());
+  if (!more.empty()) std::memcpy(buffer + sizeof h + payload.size(), more.data(), more.size());
   post(len, dest, flags);
 }
 

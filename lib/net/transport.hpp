@@ -168,6 +168,13 @@ class transport {
     send_eager(frame, sizeof h + n, dest, counts);
   }
 
+  // Sends header + `head` + `body` as one frame, assembled straight in the staging buffer (a
+  // request's fields and the bytes it carries, copied once). Otherwise as send().
+  void send_parts(int dest, const frame_header& h, std::span<const std::byte> head, std::span<const std::byte> body) {
+    MDSM_ASSERT(dest >= 0 && dest < size_, "send to a rank out of range");
+    send_staged(dest, h, head, body);
+  }
+
   // Sends an already assembled frame (forwarding, or a frame built in place); the transport
   // writes the per-hop header fields into it, the rest goes unchanged. Small frames go straight
   // from `frame`, larger ones through a copy. From an application thread whose window to dest is
@@ -245,7 +252,9 @@ class transport {
   static constexpr std::size_t k_spare_max = std::size_t{1} << 20;  // larger buffers are not kept
   static constexpr std::size_t k_spares = 4;
   // send() for a payload too large for the stack: assembled in the staging buffer, then post().
-  void send_staged(int dest, frame_header h, std::span<const std::byte> payload);
+  // The payload is `payload` followed by `more`.
+  void send_staged(int dest, frame_header h, std::span<const std::byte> payload,
+                   std::span<const std::byte> more = {});
   // Sends the frame of `len` bytes in this thread's staging buffer (see transport.cpp); its
   // credits are claimed and its per-hop fields written. `flags`: claim's result.
   void post(std::size_t len, int dest, std::uint8_t flags);

@@ -25,8 +25,9 @@ enum class channel : std::uint8_t {
   control = 1,    // transport-internal (large-frame announcements)
   coherence = 2,  // lib/coherence protocol: diff, page and interval requests and replies
   messages = 3,   // lib/messages: user active messages with annotations
+  noncoherent = 4,  // lib/regions/one_sided: get, put and atomics on the non-coherent region
 };
-inline constexpr std::uint8_t k_channel_max = 3;
+inline constexpr std::uint8_t k_channel_max = 4;
 
 inline constexpr std::uint16_t k_frame_magic = 0x4D44;  // "MD"
 

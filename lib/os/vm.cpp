@@ -61,6 +61,20 @@ bool map_fixed_noreplace(void* addr, std::size_t len, int fd, prot p) {
   return true;
 }
 
+bool map_private_fixed_noreplace(void* addr, std::size_t len) {
+  void* got = ::mmap(addr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE | MAP_NORESERVE,
+                     -1, 0);
+  if (got == MAP_FAILED) {
+    if (errno == EEXIST || errno == ENOMEM || errno == EINVAL) return false;
+    detail::fail(MDSM_ERR_OS, "mmap at ", addr, " failed: ", std::strerror(errno));
+  }
+  if (got != addr) {
+    ::munmap(got, len);
+    return false;
+  }
+  return true;
+}
+
 void* map_anywhere(std::size_t len, int fd) {
   void* got = ::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0);
   if (got == MAP_FAILED) detail::fail(MDSM_ERR_OS, "mmap of ", len, " bytes failed: ", std::strerror(errno));

@@ -31,6 +31,11 @@ void close_backing(int fd);
 // Pre: addr and len are multiples of page_size().
 bool map_fixed_noreplace(void* addr, std::size_t len, int fd, prot p);
 
+// Maps `len` bytes of private anonymous memory, read-write and without reserving swap
+// (MAP_NORESERVE: untouched pages cost nothing), at exactly `addr`, never replacing an existing
+// mapping. Returns false as map_fixed_noreplace does. Pre: as map_fixed_noreplace.
+bool map_private_fixed_noreplace(void* addr, std::size_t len);
+
 // Maps `len` bytes of `fd` read-write wherever the kernel chooses. Throws on failure.
 void* map_anywhere(std::size_t len, int fd);
 

@@ -1,7 +1,7 @@
 #include "regions/coherent_allocator.hpp"
 
 #include "common/check.hpp"
-#include "common/wait_subject.hpp"
+#include "regions/collective_check.hpp"
 
 #include <cstring>
 
@@ -92,26 +92,8 @@ void* coherent_allocator::alloc(std::size_t bytes) {
   return reinterpret_cast<void*>(*addr);
 }
 
-void coherent_allocator::collective_check(std::uint64_t value, const char* what) {
-  std::uint64_t mine[2] = {value, ~value}, out[2];
-  MPI_Request req;
-  MPI_Iallreduce(mine, out, 2, MPI_UINT64_T, MPI_MAX, endpoint_.transport().collective_comm(), &req);
-  detail::wait_subject subject{.what = what, .object = nullptr, .id = 0, .peer = -1,
-                               .peer_role = nullptr,
-                               .detail = [](const void*) { return std::string("a collective call: every rank makes it"); }};
-  detail::waiting_for waiting(subject);
-  endpoint_.progress().wait_until([&] {
-    int done = 0;
-    PMPI_Test(&req, &done, MPI_STATUS_IGNORE);
-    return done != 0;
-  });
-  if (out[0] != value || ~out[1] != value)
-    detail::fail(MDSM_ERR_MISMATCH, what, ": ranks passed different values (", ~out[1], " .. ", out[0],
-                 "); every rank must make the same collective call");
-}
-
 void* coherent_allocator::alloc_collective(std::size_t bytes) {
-  collective_check(bytes, "alloc_collective");
+  check_same_everywhere(endpoint_.transport(), endpoint_.progress(), bytes, "alloc_collective");
   if (bytes == 0) detail::fail(MDSM_ERR_INVALID_ARGUMENT, "alloc_collective: size 0");
   std::lock_guard lk(mutex_);
   auto addr = collective_.allocate(bytes, alignment_for(bytes));
@@ -174,7 +156,7 @@ std::uint64_t coherent_allocator::collective_bytes() {
 }
 
 void coherent_allocator::free_collective(void* p) {
-  collective_check(addr_of(p), "free_collective");
+  check_same_everywhere(endpoint_.transport(), endpoint_.progress(), addr_of(p), "free_collective");
   if (p == nullptr) return;
   if (!region_.contains(p)) detail::fail(MDSM_ERR_NOT_IN_REGION, "free_collective: ", p, " is not in the coherent region");
   if (region_.arena_owner(region_.unit_of(p)) >= 0)

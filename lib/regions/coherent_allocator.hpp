@@ -39,7 +39,6 @@ class coherent_allocator {
   // Frees addr in this rank's own arena; returns a status instead of throwing (also serves
   // remote frees from handler context).
   mdsm_status free_own(std::uintptr_t addr, std::string& why);
-  void collective_check(std::uint64_t value, const char* what);
 
   coherence::engine& engine_;
   messages::endpoint& endpoint_;

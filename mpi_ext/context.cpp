@@ -116,6 +116,11 @@ std::size_t copy_max() {
   return v;
 }
 
+std::size_t side_min() {
+  static const std::size_t v = detail::env_size("MDSM_MPI_SIDE_MIN", 32768);
+  return v;
+}
+
 int raise(MPI_Comm comm, errc e, const std::string& message) {
   capi::last_error() = message;
   int up = 0, down = 0;

@@ -71,12 +71,8 @@ bool advance(request& r, bool block) {
   if (r.finished) return true;
   if (r.is_send) {
     int flag = 1, rc = MPI_SUCCESS;
-    if (block) {
-      rc = wait_one(*r.rt, &r.send.req[0], MPI_STATUS_IGNORE);
-      if (const int side = wait_one(*r.rt, &r.send.req[1], MPI_STATUS_IGNORE); rc == MPI_SUCCESS) rc = side;
-    } else {
-      rc = PMPI_Testall(2, r.send.req, &flag, MPI_STATUSES_IGNORE);
-    }
+    if (block) rc = wait_send(*r.rt, r.send, r.comm);
+    else rc = PMPI_Testall(3, r.send.req, &flag, MPI_STATUSES_IGNORE);
     if (!flag) return false;
     r.rc = rc;
     r.status = MPI_Status{};

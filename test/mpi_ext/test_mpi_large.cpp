@@ -262,8 +262,8 @@ TEST_CASE("mpi_ext large: truncation is MPI's MPI_ERR_TRUNCATE and the next mess
   returning_comm rc;
   std::vector<int> out(k_1m);
   if (me == 0) {
-    for (int tag = 1; tag <= 5; ++tag) {
-      const std::size_t len = tag == 2 || tag == 4 ? 8 : k_1m;
+    for (int tag = 1; tag <= 7; ++tag) {
+      const std::size_t len = tag == 2 || tag == 4 || tag >= 6 ? 8 : k_1m;
       fill(out.data(), len, 60, tag);
       REQUIRE(MDSM_Send(out.data(), static_cast<int>(len), MPI_INT, 1, tag, rc.comm,
                         tag == 3 ? MDSM_NONE : MDSM_RELEASE) == MPI_SUCCESS);
@@ -301,6 +301,21 @@ TEST_CASE("mpi_ext large: truncation is MPI's MPI_ERR_TRUNCATE and the next mess
     MPI_Get_count(&st, MPI_INT, &count);
     REQUIRE(count == static_cast<int>(k_1m));
     REQUIRE(all_match(in.data(), k_1m, 60, 5));
+    // 6 and 7: small messages (copied on both sides) truncated the same way, blocking and not.
+    std::fill(in.begin(), in.end(), -1);
+    code = MDSM_Recv(in.data(), 4, MPI_INT, 0, 6, rc.comm, &st);
+    REQUIRE(error_class(code) == MPI_ERR_TRUNCATE);
+    MPI_Get_count(&st, MPI_INT, &count);
+    REQUIRE(count == 4);
+    REQUIRE(all_match(in.data(), 4, 60, 6));
+    REQUIRE(in[4] == -1);
+    REQUIRE(MDSM_Irecv(in.data() + 100, 4, MPI_INT, 0, 7, rc.comm, &req) == MPI_SUCCESS);
+    code = MDSM_Wait(&req, &st);
+    REQUIRE(error_class(code) == MPI_ERR_TRUNCATE);
+    MPI_Get_count(&st, MPI_INT, &count);
+    REQUIRE(count == 4);
+    REQUIRE(all_match(in.data() + 100, 4, 60, 7));
+    REQUIRE(in[104] == -1);
   }
   world_barrier();
 }

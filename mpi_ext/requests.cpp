@@ -7,6 +7,7 @@
 
 #include "net/context.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <memory>
 #include <mutex>
@@ -41,6 +42,23 @@ struct registry {
   std::atomic<int> pending{0};  // not yet finished
 };
 registry g_requests;
+
+// The requests this thread holds (their mu), innermost last: a wait inside one of them that moves
+// every pending request on (advance_pending) must not lock them again (std::mutex is not
+// recursive). Application threads and the progress thread, each its own.
+thread_local std::vector<const request*> t_held;
+struct hold {
+  std::unique_lock<std::mutex> lk;
+  explicit hold(request& r) : lk(r.mu) { t_held.push_back(&r); }
+  hold(request& r, std::try_to_lock_t) : lk(r.mu, std::try_to_lock) {
+    if (lk.owns_lock()) t_held.push_back(&r);
+  }
+  ~hold() {
+    if (lk.owns_lock()) t_held.pop_back();
+  }
+  hold(const hold&) = delete;
+  hold& operator=(const hold&) = delete;
+};
 
 int query(void* extra, MPI_Status* status) {
   auto* r = static_cast<request*>(extra);
@@ -99,15 +117,19 @@ void background(void*) {
     for (auto& [h, r] : g_requests.live) todo.push_back(r);
   }
   for (auto& r : todo) {
-    std::unique_lock lk(r->mu, std::try_to_lock);
-    if (lk.owns_lock()) advance(*r, false);
+    if (std::find(t_held.begin(), t_held.end(), r.get()) != t_held.end()) continue;
+    hold h(*r, std::try_to_lock);
+    if (h.lk.owns_lock()) advance(*r, false);
   }
 }
 
 // Registers r under a new generalized request, returned in *out.
 int start(context& c, const std::shared_ptr<request>& r, MPI_Request* out) {
-  static std::once_flag once;
-  std::call_once(once, [&] { c.rt->progress->set_background(&background, nullptr); });
+  // Each mdsm session has its own progress thread: register with this one (once per process
+  // left every later session's plain MPI_Wait, and its large sends to itself, waiting forever).
+  static std::atomic<std::uint64_t> session{0};
+  if (session.exchange(c.rt->session, std::memory_order_acq_rel) != c.rt->session)
+    c.rt->progress->set_background(&background, nullptr);
   PMPI_Grequest_start(query, free_request, cancel_request, r.get(), &r->greq);
   {
     std::lock_guard lk(g_requests.mu);
@@ -140,6 +162,7 @@ int wait_plain_all(int count, MPI_Request reqs[], MPI_Status statuses[]) {
   if (rt == nullptr || may_block(*rt)) return PMPI_Waitall(count, reqs, statuses);
   int rc = MPI_SUCCESS;
   rt->progress->wait_until([&] {
+    advance_pending();
     int flag = 0;
     rc = PMPI_Testall(count, reqs, &flag, statuses);
     return flag != 0 || rc != MPI_SUCCESS;
@@ -151,7 +174,7 @@ int wait_plain_all(int count, MPI_Request reqs[], MPI_Status statuses[]) {
 void advance_all(int count, MPI_Request reqs[], bool block) {
   for (int i = 0; i < count; ++i)
     if (auto r = find(reqs[i])) {
-      std::lock_guard lk(r->mu);
+      hold h(*r);
       advance(*r, block);
     }
 }
@@ -198,6 +221,8 @@ int outcome_all(const std::vector<std::pair<int, std::shared_ptr<request>>>& min
 
 }  // namespace
 
+void advance_pending() { background(nullptr); }
+
 }  // namespace mdsm::mpi_ext
 
 using namespace mdsm::mpi_ext;
@@ -237,7 +262,7 @@ int MDSM_Wait(MPI_Request* request, MPI_Status* status) {
   if (r) {
     if (mdsm::net::current_handler() != nullptr)
       return raise(r->comm, errc::not_initialized, "MDSM_Wait: called from a message handler (it blocks)");
-    std::lock_guard lk(r->mu);
+    hold h(*r);
     advance(*r, true);
     r->report_error.store(false);
   }
@@ -248,7 +273,7 @@ int MDSM_Wait(MPI_Request* request, MPI_Status* status) {
 int MDSM_Test(MPI_Request* request, int* flag, MPI_Status* status) {
   auto r = find(*request);
   if (r) {
-    std::lock_guard lk(r->mu);
+    hold h(*r);
     advance(*r, false);
     r->report_error.store(false);
   }
@@ -292,8 +317,10 @@ int MDSM_Waitany(int count, MPI_Request requests[], int* index, MPI_Status* stat
     }
     if (flag) return outcome(done, rc);
     if (rc != MPI_SUCCESS) return rc;
-    // Deliver mdsm's own frames meanwhile (an acquire may wait for records).
+    // Deliver mdsm's own frames meanwhile (an acquire may wait for records), and move the other
+    // pending requests on (one of these may wait for a receive of this rank's to be posted).
     mdsm::detail::rt().progress->poll_once();
+    advance_pending();
   }
 }
 

@@ -225,7 +225,6 @@ int wait_one(const detail::runtime& rt, MPI_Request* req, MPI_Status* status) {
   if (may_block(rt)) return PMPI_Wait(req, status);
   int rc = MPI_SUCCESS;
   rt.progress->wait_until([&] {
-    advance_pending();
     int flag = 0;
     rc = PMPI_Test(req, &flag, status);
     return flag != 0 || rc != MPI_SUCCESS;

@@ -197,14 +197,8 @@ bool advance(recv_op& op, bool block);
 // faulting before it sends the awaited message would wait forever.
 inline bool may_block(const detail::runtime& rt) { return rt.progress->serving(); }
 // Waits for one MPI request: inside MPI when may_block, else by testing it from
-// net::progress::wait_until, which delivers mdsm's frames and moves the pending MDSM requests on
-// meanwhile (advance_pending). Returns MPI's code.
+// net::progress::wait_until, which delivers mdsm's frames meanwhile. Returns MPI's code.
 int wait_one(const detail::runtime& rt, MPI_Request* req, MPI_Status* status);
-// Moves every pending MDSM request on, except those this thread is advancing (requests.cpp): the
-// progress thread's turn, and every wait that cannot block inside MPI. A large message's data is
-// received only once a request has seen its header, so a send (to this rank, say) may wait for
-// another request of this rank to move on.
-void advance_pending();
 
 // The size of a predefined datatype most messages use (contiguous, lower bound 0, extent =
 // size), found without asking MPI; 0 for any other datatype.

@@ -43,9 +43,8 @@ struct registry {
 };
 registry g_requests;
 
-// The requests this thread holds (their mu), innermost last: a wait inside one of them that moves
-// every pending request on (advance_pending) must not lock them again (std::mutex is not
-// recursive). Application threads and the progress thread, each its own.
+// The requests this thread holds (their mu), innermost last: a turn of background() on a thread
+// inside one of them must not lock it again (std::mutex is not recursive). Each thread its own.
 thread_local std::vector<const request*> t_held;
 struct hold {
   std::unique_lock<std::mutex> lk;
@@ -162,7 +161,6 @@ int wait_plain_all(int count, MPI_Request reqs[], MPI_Status statuses[]) {
   if (rt == nullptr || may_block(*rt)) return PMPI_Waitall(count, reqs, statuses);
   int rc = MPI_SUCCESS;
   rt->progress->wait_until([&] {
-    advance_pending();
     int flag = 0;
     rc = PMPI_Testall(count, reqs, &flag, statuses);
     return flag != 0 || rc != MPI_SUCCESS;
@@ -220,8 +218,6 @@ int outcome_all(const std::vector<std::pair<int, std::shared_ptr<request>>>& min
 }
 
 }  // namespace
-
-void advance_pending() { background(nullptr); }
 
 }  // namespace mdsm::mpi_ext
 
@@ -317,10 +313,8 @@ int MDSM_Waitany(int count, MPI_Request requests[], int* index, MPI_Status* stat
     }
     if (flag) return outcome(done, rc);
     if (rc != MPI_SUCCESS) return rc;
-    // Deliver mdsm's own frames meanwhile (an acquire may wait for records), and move the other
-    // pending requests on (one of these may wait for a receive of this rank's to be posted).
+    // Deliver mdsm's own frames meanwhile (an acquire may wait for records).
     mdsm::detail::rt().progress->poll_once();
-    advance_pending();
   }
 }
 

@@ -5,7 +5,9 @@
 
 #include <mdsm/mdsm_mpi.h>
 
+#include <cstdlib>
 #include <cstring>
+#include <string>
 #include <vector>
 
 using namespace mdsm_test;
@@ -356,6 +358,10 @@ TEST_CASE("mpi_ext large: Sendrecv with large data both ways, derived types on o
 
 TEST_CASE("mpi_ext large: a large message to the rank itself, receive posted first", "[mpi][mpi_ext][np2+]") {
   session s;
+  // Only the progress thread moves the posted receive on while this rank blocks in the send
+  // (docs/MPI.md, "Requests"): without it the send waits forever.
+  const char* thread_env = std::getenv("MDSM_PROGRESS_THREAD");
+  if (thread_env != nullptr && std::string(thread_env) == "0") return;
   const int me = mdsm::rank();
   std::vector<int> out(k_1m), in(k_1m, -1);
   fill(out.data(), k_1m, 70, me);

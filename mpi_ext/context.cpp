@@ -64,6 +64,8 @@ int delete_state(MPI_Comm, int, void* value, void*) {
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (cs->coll != MPI_COMM_NULL && !finalized) PMPI_Comm_free(&cs->coll);
+  // Probed messages never received go with the communicator (the fast paths come back).
+  g_stashed.fetch_sub(static_cast<int>(cs->stash.size()), std::memory_order_release);
   delete cs;
   return MPI_SUCCESS;
 }
@@ -113,6 +115,11 @@ int checked_annotation(const mdsm_annotation* given, MPI_Comm comm, const char* 
 
 std::size_t copy_max() {
   static const std::size_t v = detail::env_size("MDSM_MPI_COPY_MAX", 16384);
+  return v;
+}
+
+std::size_t side_min() {
+  static const std::size_t v = detail::env_size("MDSM_MPI_SIDE_MIN", 32768);
   return v;
 }
 

@@ -7,7 +7,9 @@
 // consistency information of a REQUEST or RELEASE rides in the header when it fits (48 bytes);
 // otherwise it travels as a second message on mdsm's side channel (runtime::mpi_ext_comm, ranks
 // are mdsm ranks), sent first, under a tag unique to the sender that the header names; the
-// receiver takes it after the data message has matched.
+// receiver takes it after the data message has matched. Large data (side_min()) goes on the side
+// channel too, with the user's own datatype, and the message on the user's communicator is the
+// header alone: it still does the matching, and MPI moves the data as it would without mdsm.
 //
 // All MPI calls here use the PMPI_ names: libmdsm_safe replaces the MPI_ ones with these calls.
 #pragma once
@@ -16,7 +18,10 @@
 
 #include <mdsm/mdsm_mpi.h>
 
+#include <atomic>
 #include <cstdint>
+#include <deque>
+#include <mutex>
 #include <optional>
 #include <string>
 
@@ -33,9 +38,14 @@ struct header {
   std::uint32_t magic = k_magic;
   std::uint8_t annot = 0;
   std::uint8_t inline_cinfo = 0;  // 1: the consistency information is `cinfo` below
-  std::uint8_t reserved[2] = {};
+  // 1: this message is the header alone; the user's data follows on the side channel under
+  // side_tag + 1 (docs/MPI.md, "Large messages").
+  std::uint8_t side_data = 0;
+  std::uint8_t reserved = 0;
   std::uint32_t cinfo_len = 0;  // bytes of consistency information; 0: none
-  std::uint32_t cinfo_tag = 0;  // its tag on the side channel, when not inline
+  // The consistency information's tag on the side channel, when not inline (and the data's,
+  // plus one, when side_data). Even, so that both tags of a message are its own.
+  std::uint32_t side_tag = 0;
   std::byte cinfo[k_inline_cinfo];  // cinfo_len bytes valid when inline_cinfo (never read beyond)
 };
 static_assert(sizeof(header) == 64);
@@ -47,6 +57,12 @@ inline constexpr int k_header = static_cast<int>(sizeof(header));
 // extra copy. Measured in docs/MPI.md; MDSM_MPI_COPY_MAX overrides it.
 std::size_t copy_max();
 
+// From this many bytes of user data (contiguous or not) the data goes on the side channel with
+// the user's datatype: a struct datatype {header, buffer} makes Open MPI's shared-memory transport
+// pipeline large data through fragments where a plain message takes one CMA copy. Measured in
+// docs/MPI.md; MDSM_MPI_SIDE_MIN overrides it.
+std::size_t side_min();
+
 // Per-communicator state, cached in an attribute of the user's communicator.
 struct comm_state {
   bool identity = false;     // comm rank r is mdsm rank r
@@ -56,6 +72,18 @@ struct comm_state {
   MPI_Comm coll = MPI_COMM_NULL;  // collectives' own duplicate, made by the first collective
   std::uint64_t session = 0;  // the mdsm session whose ranks to_mdsm translates to
   int mdsm_rank(int r) const { return identity ? r : to_mdsm[static_cast<std::size_t>(r)]; }
+  // Messages MDSM_Probe / MDSM_Iprobe took out of MPI (probe.cpp), in the order they matched;
+  // every receive takes from here first. Any application thread; guarded by stash_mu.
+  struct stashed {
+    MPI_Status status{};  // MPI's status of the message on this communicator
+    // received: `h` is the whole message (a header alone, 64 bytes); else `msg` is the matched,
+    // not yet received message (one that another thread's receive raced a probe for).
+    bool received = false;
+    header h{};
+    MPI_Message msg = MPI_MESSAGE_NULL;
+  };
+  std::mutex stash_mu;
+  std::deque<stashed> stash;
 };
 
 // The runtime and the state of `comm`, or an error code (already reported through the
@@ -90,14 +118,17 @@ int describe(context& c, MPI_Comm comm, const void* buf, int count, MPI_Datatype
 // MPI_SUCCESS or the raised error. Every MDSM_ entry point taking an annotation calls it first.
 int checked_annotation(const mdsm_annotation* given, MPI_Comm comm, const char* call, mdsm_annotation& out);
 
-// Sends one annotated message: the side-channel message first, then the data message.
+// Sends one annotated message: the side-channel message first, then the data message (and the
+// user's data on the side channel after it, when large).
 enum class send_mode { standard, synchronous, nonblocking };
 struct send_op {
   header h{};  // zeroed: unused inline bytes go on the wire
   std::vector<std::byte> cinfo;           // consistency information (h.cinfo_len bytes)
   std::vector<std::byte> packed;          // header + data, when copied (nonblocking only)
   MPI_Datatype type = MPI_DATATYPE_NULL;  // {header, user buffer}, when not copied
-  MPI_Request req[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};  // data, side channel
+  // The message on the user's communicator, the consistency information and the user's data on
+  // the side channel.
+  MPI_Request req[3] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL, MPI_REQUEST_NULL};
   send_op() = default;
   send_op(const send_op&) = delete;
   send_op& operator=(const send_op&) = delete;
@@ -107,10 +138,15 @@ struct send_op {
 // Returns an MPI error code (raised on comm).
 int send(context& c, send_op& op, const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm,
          mdsm_annotation a, send_mode mode);
+// Waits for op's requests (a nonblocking send's end). Returns MPI's code, the first error first;
+// a side-channel error is raised on `comm` (the side channel's own errors return).
+int wait_send(const detail::runtime& rt, send_op& op, MPI_Comm comm);
 
 // Receives one annotated message, in stages, blocking or not (requests advance it piecemeal).
 struct recv_op {
-  enum class stage { data, cinfo, acquire, done };
+  // data: the message on the user's communicator; side_data: the user's data on the side channel
+  // (large messages); cinfo: the consistency information; acquire: a RELEASE's acquire.
+  enum class stage { data, side_data, cinfo, acquire, done };
   stage at = stage::done;
   header h;
   context c;
@@ -123,7 +159,11 @@ struct recv_op {
   buffer b;
   std::vector<std::byte> packed;          // header + data, when copied
   MPI_Datatype stype = MPI_DATATYPE_NULL;  // {header, user buffer}, when not copied
-  MPI_Request req = MPI_REQUEST_NULL;      // the data message, then the side-channel one
+  MPI_Request req = MPI_REQUEST_NULL;      // the data message, then the side-channel ones
+  MPI_Message msg = MPI_MESSAGE_NULL;      // taken from the stash: received with MPI_Mrecv
+  MPI_Status side_status{};                // the user's data's, when it came on the side channel
+  bool side_matched = false;               // that data's message is matched (its size known)
+  std::vector<std::byte> overflow;         // it, when larger than the buffer (truncation)
   std::vector<std::byte> cinfo;
   MPI_Status status{};  // the data message's, counts made the user's once it arrived
   int rc = MPI_SUCCESS;
@@ -140,11 +180,13 @@ struct recv_op {
 // Fills in a receive and makes its buffer safe (op.c from enter()). Returns an MPI error code.
 int prepare_recv(recv_op& op, void* buf, int count, MPI_Datatype type, int source, int tag, MPI_Comm comm,
                  const char* call);
-// Posts the receive (blocking: completes it). Returns an MPI error code.
+// Posts the receive (blocking: completes it); a message a probe stashed comes first. Returns an
+// MPI error code.
 int post_recv(recv_op& op, bool block);
-// The data message has arrived (op.h, op.status set): receives the consistency information
-// from the side channel, if the header names any (blocking, or posted).
-void start_side_channel(recv_op& op, bool block);
+// The message on the user's communicator has arrived (op.h, op.status set, any data in the
+// header's message already in place): receives what follows on the side channel, the user's
+// data (large messages), then the consistency information, blocking or posted.
+void continue_on_side(recv_op& op, bool block);
 // post_recv and advance to the end, on the calling thread.
 void recv_blocking(recv_op& op);
 // Moves the receive on; with `block` to the end. True once done (op.rc tells how it ended).
@@ -164,5 +206,14 @@ int named_size(MPI_Datatype type);
 
 // Sets what MPI_Get_count / MPI_Get_elements report for `status`: `bytes` of user data.
 void set_received_bytes(MPI_Status* status, MPI_Count bytes);
+
+// ---- the stash of probed messages (probe.cpp) -------------------------------------------------
+
+// Entries in all communicators' stashes: while none, receives go straight to MPI (one load).
+extern std::atomic<int> g_stashed;
+inline bool any_stashed() { return g_stashed.load(std::memory_order_acquire) != 0; }
+// Takes the first stashed message of op.comm that op.source and op.tag match into op: op.h and
+// op.status (received), or op.msg. True if it took one.
+bool take_stashed(recv_op& op);
 
 }  // namespace mdsm::mpi_ext

@@ -7,6 +7,7 @@
 
 #include "net/context.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <memory>
 #include <mutex>
@@ -42,6 +43,22 @@ struct registry {
 };
 registry g_requests;
 
+// The requests this thread holds (their mu), innermost last: a turn of background() on a thread
+// inside one of them must not lock it again (std::mutex is not recursive). Each thread its own.
+thread_local std::vector<const request*> t_held;
+struct hold {
+  std::unique_lock<std::mutex> lk;
+  explicit hold(request& r) : lk(r.mu) { t_held.push_back(&r); }
+  hold(request& r, std::try_to_lock_t) : lk(r.mu, std::try_to_lock) {
+    if (lk.owns_lock()) t_held.push_back(&r);
+  }
+  ~hold() {
+    if (lk.owns_lock()) t_held.pop_back();
+  }
+  hold(const hold&) = delete;
+  hold& operator=(const hold&) = delete;
+};
+
 int query(void* extra, MPI_Status* status) {
   auto* r = static_cast<request*>(extra);
   *status = r->status;
@@ -71,12 +88,8 @@ bool advance(request& r, bool block) {
   if (r.finished) return true;
   if (r.is_send) {
     int flag = 1, rc = MPI_SUCCESS;
-    if (block) {
-      rc = wait_one(*r.rt, &r.send.req[0], MPI_STATUS_IGNORE);
-      if (const int side = wait_one(*r.rt, &r.send.req[1], MPI_STATUS_IGNORE); rc == MPI_SUCCESS) rc = side;
-    } else {
-      rc = PMPI_Testall(2, r.send.req, &flag, MPI_STATUSES_IGNORE);
-    }
+    if (block) rc = wait_send(*r.rt, r.send, r.comm);
+    else rc = PMPI_Testall(3, r.send.req, &flag, MPI_STATUSES_IGNORE);
     if (!flag) return false;
     r.rc = rc;
     r.status = MPI_Status{};
@@ -103,15 +116,19 @@ void background(void*) {
     for (auto& [h, r] : g_requests.live) todo.push_back(r);
   }
   for (auto& r : todo) {
-    std::unique_lock lk(r->mu, std::try_to_lock);
-    if (lk.owns_lock()) advance(*r, false);
+    if (std::find(t_held.begin(), t_held.end(), r.get()) != t_held.end()) continue;
+    hold h(*r, std::try_to_lock);
+    if (h.lk.owns_lock()) advance(*r, false);
   }
 }
 
 // Registers r under a new generalized request, returned in *out.
 int start(context& c, const std::shared_ptr<request>& r, MPI_Request* out) {
-  static std::once_flag once;
-  std::call_once(once, [&] { c.rt->progress->set_background(&background, nullptr); });
+  // Each mdsm session has its own progress thread: register with this one (once per process
+  // left every later session's plain MPI_Wait, and its large sends to itself, waiting forever).
+  static std::atomic<std::uint64_t> session{0};
+  if (session.exchange(c.rt->session, std::memory_order_acq_rel) != c.rt->session)
+    c.rt->progress->set_background(&background, nullptr);
   PMPI_Grequest_start(query, free_request, cancel_request, r.get(), &r->greq);
   {
     std::lock_guard lk(g_requests.mu);
@@ -155,7 +172,7 @@ int wait_plain_all(int count, MPI_Request reqs[], MPI_Status statuses[]) {
 void advance_all(int count, MPI_Request reqs[], bool block) {
   for (int i = 0; i < count; ++i)
     if (auto r = find(reqs[i])) {
-      std::lock_guard lk(r->mu);
+      hold h(*r);
       advance(*r, block);
     }
 }
@@ -241,7 +258,7 @@ int MDSM_Wait(MPI_Request* request, MPI_Status* status) {
   if (r) {
     if (mdsm::net::current_handler() != nullptr)
       return raise(r->comm, errc::not_initialized, "MDSM_Wait: called from a message handler (it blocks)");
-    std::lock_guard lk(r->mu);
+    hold h(*r);
     advance(*r, true);
     r->report_error.store(false);
   }
@@ -252,7 +269,7 @@ int MDSM_Wait(MPI_Request* request, MPI_Status* status) {
 int MDSM_Test(MPI_Request* request, int* flag, MPI_Status* status) {
   auto r = find(*request);
   if (r) {
-    std::lock_guard lk(r->mu);
+    hold h(*r);
     advance(*r, false);
     r->report_error.store(false);
   }

@@ -55,6 +55,7 @@ namespace mdsm::stats {
   X(mpi_sends_release_nt, count, "MDSM_ MPI sends, RELEASE_NT")                                  \
   X(mpi_cinfo_bytes_sent, count, "consistency-information bytes sent by MDSM_ MPI sends")         \
   X(mpi_side_messages, count, "of those sends: information too large for the header, sent apart") \
+  X(mpi_side_data, count, "of those sends: large data sent apart, with the user's datatype")      \
   X(mpi_acquires, count, "MDSM_ MPI receives that acquired (RELEASE kinds)")                     \
   X(protocol_msgs_sent, count, "coherence protocol messages sent (requests and replies)")        \
   X(protocol_bytes_sent, count, "coherence protocol bytes sent")                                 \

@@ -1,7 +1,7 @@
 // The annotated MPI calls (mpi_ext/, include/mdsm/mdsm_mpi.h) across real ranks: a pointer sent
 // with MDSM_Send(RELEASE) makes the data behind it visible, with every receive form, wildcards,
 // datatypes, coherent receive buffers, chains, collectives, and the misuse cases.
-#include "support/session.hpp"
+#include "mpi_ext/mpi_ext_support.hpp"
 
 #include <mdsm/mdsm_mpi.h>
 
@@ -18,43 +18,6 @@ using namespace mdsm_test;
 extern "C" int c_mdsm_send_with_annotation(const void* buf, int count, MPI_Datatype type, int dest, int tag,
                                            MPI_Comm comm, int annotation);
 
-namespace {
-
-// A value that differs per round and position, so a stale copy from an earlier round fails.
-int value(int round, std::size_t i, int writer = 0) { return static_cast<int>(round * 1000003 + writer * 7919 + i); }
-
-bool all_match(const int* a, std::size_t n, int round, int writer = 0) {
-  for (std::size_t i = 0; i < n; ++i)
-    if (a[i] != value(round, i, writer)) return false;
-  return true;
-}
-
-std::string error_text(int code) {
-  char text[MPI_MAX_ERROR_STRING];
-  int len = 0;
-  MPI_Error_string(code, text, &len);
-  return std::string(text, static_cast<std::size_t>(len));
-}
-
-int error_class(int code) {
-  int cls = 0;
-  MPI_Error_class(code, &cls);
-  return cls;
-}
-
-// A duplicate of MPI_COMM_WORLD whose errors return instead of ending the job.
-struct returning_comm {
-  MPI_Comm comm;
-  returning_comm() {
-    MPI_Comm_dup(MPI_COMM_WORLD, &comm);
-    MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
-  }
-  ~returning_comm() { MPI_Comm_free(&comm); }
-};
-
-constexpr std::size_t k_ints = 40000;  // 160 KB: 40 pages, above the copy threshold
-
-}  // namespace
 
 TEST_CASE("mpi_ext: a pointer sent with MDSM_Send(RELEASE) makes the data behind it visible", "[mpi][mpi_ext][np2+]") {
   session s;

@@ -1,0 +1,184 @@
+// MDSM_Probe and MDSM_Iprobe, and the stash of messages they take out of MPI.
+//
+// A large message's data travels on the side channel (ext.hpp), so what a probe finds on the
+// user's communicator is the header alone, whose size says nothing of the user's count. A probe
+// that finds a message of exactly a header's size therefore takes it out of MPI (a matched probe,
+// then MPI_Mrecv), reads the header and, for a large message, probes the side channel for the
+// data's size. The header then waits in the communicator's stash for the receive that follows:
+// every receive form takes from the stash first (post_recv; the fast paths go to it while
+// any_stashed()). Any other message keeps MPI's own probe: its size tells the count and it stays
+// in MPI, where its order is MPI's.
+#include "mpi_ext/ext.hpp"
+
+#include "net/context.hpp"
+
+namespace mdsm::mpi_ext {
+
+std::atomic<int> g_stashed{0};
+
+namespace {
+
+bool matches(const comm_state::stashed& e, int source, int tag) {
+  return (source == MPI_ANY_SOURCE || e.status.MPI_SOURCE == source) &&
+         (tag == MPI_ANY_TAG || e.status.MPI_TAG == tag);
+}
+
+// Probes (source, tag) on comm; `block`: until a message is there, inside MPI when may_block,
+// else polling while mdsm's frames are delivered (ext.hpp, may_block).
+int probe_mpi(const detail::runtime& rt, int source, int tag, MPI_Comm comm, bool block, int* flag,
+              MPI_Status* st) {
+  if (!block) return PMPI_Iprobe(source, tag, comm, flag, st);
+  *flag = 1;
+  if (may_block(rt)) return PMPI_Probe(source, tag, comm, st);
+  int rc = MPI_SUCCESS;
+  rt.progress->wait_until([&] {
+    int f = 0;
+    rc = PMPI_Iprobe(source, tag, comm, &f, st);
+    return f != 0 || rc != MPI_SUCCESS;
+  });
+  return rc;
+}
+
+enum class found { none, yes, not_yet, gone };
+
+// The first stashed message that (source, tag) match, as a probe reports it: its status with the
+// user's count. For a large message that count is the side-channel data's: probed there, blocking
+// or not (not_yet). gone: another thread received the message meanwhile.
+found from_stash(context& c, MPI_Comm comm, int source, int tag, bool block, MPI_Status* st, int& rc) {
+  comm_state& cs = *c.cs;
+  header h;
+  {
+    std::lock_guard lk(cs.stash_mu);
+    auto it = cs.stash.begin();
+    while (it != cs.stash.end() && !matches(*it, source, tag)) ++it;
+    if (it == cs.stash.end()) return found::none;
+    *st = it->status;
+    if (!it->received) {  // a whole message, still in MPI: its size tells
+      const std::size_t bytes = net::received_bytes(it->status);
+      set_received_bytes(st, static_cast<MPI_Count>(bytes >= k_header ? bytes - k_header : 0));
+      return found::yes;
+    }
+    h = it->h;
+  }
+  if (h.magic != k_magic || !h.side_data) {  // no data (or no MDSM message: the receive reports it)
+    set_received_bytes(st, 0);
+    return found::yes;
+  }
+  // The sender sent the data to this rank's mdsm rank right after the header: it is on its way. A
+  // blocking probe polls, so that it notices when another thread takes the header and its data.
+  const int peer = cs.mdsm_rank(st->MPI_SOURCE);
+  const int data_tag = static_cast<int>(h.side_tag + 1);
+  for (;;) {
+    MPI_Status side;
+    int flag = 0;
+    rc = PMPI_Iprobe(peer, data_tag, c.rt->mpi_ext_comm, &flag, &side);
+    if (rc != MPI_SUCCESS) {
+      PMPI_Comm_call_errhandler(comm, rc);  // the side channel's errors return
+      return found::yes;
+    }
+    if (flag) {
+      set_received_bytes(st, static_cast<MPI_Count>(net::received_bytes(side)));
+      return found::yes;
+    }
+    if (!block) return found::not_yet;
+    {
+      std::lock_guard lk(cs.stash_mu);
+      bool still = false;
+      for (const auto& e : cs.stash)
+        still = still || (e.received && e.h.side_tag == h.side_tag && e.status.MPI_SOURCE == st->MPI_SOURCE);
+      if (!still) return found::gone;
+    }
+    if (!may_block(*c.rt)) c.rt->progress->poll_once();
+  }
+}
+
+// MDSM_Probe (block) and MDSM_Iprobe.
+int probe(int source, int tag, MPI_Comm comm, bool block, int* flag, MPI_Status* status, const char* call) {
+  context c = enter(comm, call);
+  if (c.rc != MPI_SUCCESS) return c.rc;
+  for (;;) {
+    MPI_Status st;
+    int rc = MPI_SUCCESS;
+    // A stashed message matched before anything still in MPI.
+    if (any_stashed()) {
+      const found f = from_stash(c, comm, source, tag, block, &st, rc);
+      if (f == found::gone) continue;
+      if (f == found::not_yet) {
+        *flag = 0;
+        return MPI_SUCCESS;
+      }
+      if (f == found::yes) {
+        *flag = 1;
+        if (status != MPI_STATUS_IGNORE) *status = st;
+        return rc;
+      }
+    }
+    rc = probe_mpi(*c.rt, source, tag, comm, block, flag, &st);
+    if (rc != MPI_SUCCESS || !*flag) return rc;
+    const std::size_t bytes = net::received_bytes(st);
+    if (bytes != static_cast<std::size_t>(k_header)) {
+      // The data is in the message (or it is no MDSM message: the receive reports that).
+      set_received_bytes(&st, static_cast<MPI_Count>(bytes >= k_header ? bytes - k_header : 0));
+      if (status != MPI_STATUS_IGNORE) *status = st;
+      return MPI_SUCCESS;
+    }
+    // Possibly a large message's header: take it out of MPI. The message just probed is the first
+    // from its source with its tag, so a matched probe for exactly those finds it, unless another
+    // thread received it meanwhile (then it finds a later one, or none).
+    MPI_Message m = MPI_MESSAGE_NULL;
+    int got = 0;
+    MPI_Status mst;
+    if (rc = PMPI_Improbe(st.MPI_SOURCE, st.MPI_TAG, comm, &got, &m, &mst); rc != MPI_SUCCESS) return rc;
+    if (!got) continue;
+    comm_state::stashed e;
+    e.status = mst;
+    if (net::received_bytes(mst) == static_cast<std::size_t>(k_header)) {
+      if (rc = PMPI_Mrecv(&e.h, k_header, MPI_BYTE, &m, &e.status); rc != MPI_SUCCESS) return rc;
+      e.received = true;
+    } else {
+      e.msg = m;  // another thread's receive raced this probe: the receive that takes it posts MPI_Mrecv
+    }
+    {
+      std::lock_guard lk(c.cs->stash_mu);
+      c.cs->stash.push_back(e);
+    }
+    g_stashed.fetch_add(1, std::memory_order_release);
+    // The next turn reports it from the stash (or an earlier stashed match).
+  }
+}
+
+}  // namespace
+
+bool take_stashed(recv_op& op) {
+  comm_state& cs = *op.c.cs;
+  std::lock_guard lk(cs.stash_mu);
+  for (auto it = cs.stash.begin(); it != cs.stash.end(); ++it) {
+    if (!matches(*it, op.source, op.tag)) continue;
+    op.status = it->status;
+    if (it->received) op.h = it->h;
+    else op.msg = it->msg;
+    cs.stash.erase(it);
+    g_stashed.fetch_sub(1, std::memory_order_release);
+    return true;
+  }
+  return false;
+}
+
+}  // namespace mdsm::mpi_ext
+
+using namespace mdsm::mpi_ext;
+
+extern "C" {
+
+int MDSM_Probe(int source, int tag, MPI_Comm comm, MPI_Status* status) {
+  if (source == MPI_PROC_NULL) return PMPI_Probe(source, tag, comm, status);
+  int flag = 0;
+  return probe(source, tag, comm, true, &flag, status, "MDSM_Probe");
+}
+
+int MDSM_Iprobe(int source, int tag, MPI_Comm comm, int* flag, MPI_Status* status) {
+  if (source == MPI_PROC_NULL) return PMPI_Iprobe(source, tag, comm, flag, status);
+  return probe(source, tag, comm, false, flag, status, "MDSM_Iprobe");
+}
+
+}  // extern "C"

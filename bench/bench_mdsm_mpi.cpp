@@ -63,11 +63,6 @@ std::vector<std::byte> g_send, g_recv;
 std::byte* g_coh_send = nullptr;
 std::byte* g_coh_recv = nullptr;
 
-std::string size_name(long bytes) {
-  if (bytes >= (1 << 20)) return std::to_string(bytes >> 20) + "MiB";
-  if (bytes >= (1 << 10)) return std::to_string(bytes >> 10) + "KiB";
-  return std::to_string(bytes) + "B";
-}
 
 // Round trips per run: a run takes ~10-40 ms at every size (round trips of 8 B take ~2 us here,
 // of 4 MiB ~1-2 ms).
@@ -119,7 +114,7 @@ void register_all() {
   for (long bytes : k_sizes) {
     const round_options opt{.rounds = k_rounds, .iterations = iterations_for(bytes), .unit = benchmark::kMicrosecond};
     mdsm_bench::register_interleaved(
-        "roundtrip/" + size_name(bytes),
+        "roundtrip/" + mdsm_bench::size_name(bytes),
         {make("MPI_Send_Recv", kind::mpi, MDSM_NONE, bytes, false, false, false, false),
          make("MPI_progress", kind::mpi, MDSM_NONE, bytes, false, false, false, true),
          make("MPI_plus64", kind::mpi, MDSM_NONE, bytes + k_header, false, false, false, true),
@@ -130,7 +125,7 @@ void register_all() {
   for (long bytes : k_sizes) {
     const round_options opt{.rounds = k_rounds, .iterations = iterations_for(bytes), .unit = benchmark::kMicrosecond};
     mdsm_bench::register_interleaved(
-        "coherent/" + size_name(bytes),
+        "coherent/" + mdsm_bench::size_name(bytes),
         {make("MPI_write", kind::mpi, MDSM_NONE, bytes, false, false, true, false),
          make("RELEASE_coherent", kind::mdsm, MDSM_RELEASE, bytes, true, false, true, true),
          make("RELEASE_coh_recv", kind::mdsm, MDSM_RELEASE, bytes, true, true, true, true)},
@@ -142,7 +137,7 @@ void register_all() {
 std::map<std::string, double> targets() {
   std::map<std::string, double> t{{"NONE", 1.05}, {"roundtrip/8B/RELEASE", 1.5}};
   for (long bytes : k_sizes)
-    if (bytes >= (64 << 10)) t["roundtrip/" + size_name(bytes) + "/RELEASE"] = 1.1;
+    if (bytes >= (64 << 10)) t["roundtrip/" + mdsm_bench::size_name(bytes) + "/RELEASE"] = 1.1;
   return t;
 }
 
@@ -158,9 +153,9 @@ void print_summary(const mdsm_bench::ratio_reporter& r) {
   for (const auto& c : columns) std::printf(" %17s", c[1]);
   std::printf("\n");
   for (long bytes : k_sizes) {
-    std::printf("%-8s", size_name(bytes).c_str());
+    std::printf("%-8s", mdsm_bench::size_name(bytes).c_str());
     for (const auto& c : columns) {
-      const double x = r.ratio(c[0] + size_name(bytes), c[1]);
+      const double x = r.ratio(c[0] + mdsm_bench::size_name(bytes), c[1]);
       if (x > 0) std::printf(" %16.3fx", x);
       else std::printf(" %17s", "-");  // not run (--benchmark_filter)
     }

@@ -52,11 +52,6 @@ std::vector<std::byte> g_window_memory;  // what the MPI window exposes (private
 std::vector<std::byte> g_local;          // the origin's buffer for both kinds
 std::byte* g_nc = nullptr;               // the non-coherent area (collective: the same address)
 
-std::string size_name(long bytes) {
-  if (bytes >= (1 << 20)) return std::to_string(bytes >> 20) + "MiB";
-  if (bytes >= (1 << 10)) return std::to_string(bytes >> 10) + "KiB";
-  return std::to_string(bytes) + "B";
-}
 
 benchmark::IterationCount iterations_for(long bytes) {
   return std::clamp<benchmark::IterationCount>((16L << 20) / bytes, 16, 4000);
@@ -123,9 +118,9 @@ mdsm_bench::variant make(const char* name, op o, long bytes) {
 void register_all() {
   for (long bytes : k_sizes) {
     const round_options opt{.rounds = k_rounds, .iterations = iterations_for(bytes), .unit = benchmark::kMicrosecond};
-    mdsm_bench::register_interleaved("put/" + size_name(bytes),
+    mdsm_bench::register_interleaved("put/" + mdsm_bench::size_name(bytes),
                                      {make("MPI_Put", op::mpi_put, bytes), make("mdsm_put", op::mdsm_put, bytes)}, opt);
-    mdsm_bench::register_interleaved("get/" + size_name(bytes),
+    mdsm_bench::register_interleaved("get/" + mdsm_bench::size_name(bytes),
                                      {make("MPI_Get", op::mpi_get, bytes), make("mdsm_get", op::mdsm_get, bytes),
                                       make("mdsm_get_nc", op::mdsm_get_nc, bytes)},
                                      opt);
@@ -134,7 +129,7 @@ void register_all() {
     const round_options opt{.rounds = k_rounds, .iterations = std::max<benchmark::IterationCount>(iterations_for(bytes) / k_batch, 16),
                             .unit = benchmark::kMicrosecond};
     mdsm_bench::register_interleaved(
-        "put16/" + size_name(bytes),
+        "put16/" + mdsm_bench::size_name(bytes),
         {make("MPI_Put", op::mpi_put16, bytes), make("mdsm_put_nb", op::mdsm_put16, bytes)}, opt);
   }
 }
@@ -143,9 +138,9 @@ void print_summary(const mdsm_bench::ratio_reporter& r) {
   std::printf("\nmdsm / MPI RMA per size (median of per-round ratios; target <= 1.2x)\n%-8s %10s %10s %12s\n", "size",
               "put", "get", "get_nc");
   for (long bytes : k_sizes) {
-    const double p = r.ratio("put/" + size_name(bytes), "mdsm_put"), g = r.ratio("get/" + size_name(bytes), "mdsm_get"),
-                 gn = r.ratio("get/" + size_name(bytes), "mdsm_get_nc");
-    std::printf("%-8s %9.3fx %9.3fx %11.3fx\n", size_name(bytes).c_str(), p, g, gn);
+    const double p = r.ratio("put/" + mdsm_bench::size_name(bytes), "mdsm_put"), g = r.ratio("get/" + mdsm_bench::size_name(bytes), "mdsm_get"),
+                 gn = r.ratio("get/" + mdsm_bench::size_name(bytes), "mdsm_get_nc");
+    std::printf("%-8s %9.3fx %9.3fx %11.3fx\n", mdsm_bench::size_name(bytes).c_str(), p, g, gn);
   }
   std::fflush(stdout);
 }

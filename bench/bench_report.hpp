@@ -25,6 +25,13 @@
 
 namespace mdsm_bench {
 
+// A message or transfer size for a benchmark's name: 8B, 64KiB, 4MiB.
+inline std::string size_name(long bytes) {
+  if (bytes >= (1 << 20)) return std::to_string(bytes >> 20) + "MiB";
+  if (bytes >= (1 << 10)) return std::to_string(bytes >> 10) + "KiB";
+  return std::to_string(bytes) + "B";
+}
+
 struct variant {
   std::string name;
   std::function<void(benchmark::State&)> fn;

@@ -52,19 +52,6 @@ std::uint64_t load(const std::uint64_t* w) {
   return std::atomic_ref<std::uint64_t>(*const_cast<std::uint64_t*>(w)).load(std::memory_order_acquire);
 }
 
-template <class F>
-std::string error_of(mdsm_status code, F&& f) {
-  try {
-    f();
-  } catch (const mdsm::error& e) {
-    CHECK(e.code() == code);
-    return e.what();
-  }
-  FAIL_CHECK("no mdsm::error was thrown");
-  return "";
-}
-
-bool contains(const std::string& s, const char* what) { return s.find(what) != std::string::npos; }
 
 }  // namespace
 

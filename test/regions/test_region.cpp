@@ -29,20 +29,6 @@ namespace {
 constexpr std::size_t k_page = 4096;
 constexpr int k_words_per_page = static_cast<int>(k_page / sizeof(int));
 
-// Runs f, which must throw mdsm::error with `code`; returns its message ("" if it did not throw).
-template <class F>
-std::string error_of(mdsm_status code, F&& f) {
-  try {
-    f();
-  } catch (const mdsm::error& e) {
-    CHECK(e.code() == code);
-    return e.what();
-  }
-  FAIL_CHECK("no mdsm::error was thrown");
-  return "";
-}
-
-bool contains(const std::string& s, const char* what) { return s.find(what) != std::string::npos; }
 
 long long world_min(long long v) {
   long long out = 0;

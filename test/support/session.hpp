@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <functional>
+#include <string>
 
 namespace mdsm_test {
 
@@ -58,6 +59,21 @@ inline long long world_sum(long long v) {
 }
 
 inline std::uint64_t stat(const char* name) { return mdsm::statistics().at(name); }
+
+// Runs f, which must throw mdsm::error with `code`; returns its message ("" if it did not throw).
+template <class F>
+std::string error_of(mdsm_status code, F&& f) {
+  try {
+    f();
+  } catch (const mdsm::error& e) {
+    CHECK(e.code() == code);
+    return e.what();
+  }
+  FAIL_CHECK("no mdsm::error was thrown");
+  return "";
+}
+
+inline bool contains(const std::string& s, const char* what) { return s.find(what) != std::string::npos; }
 
 // Matches an mdsm::error with this status (CHECK_THROWS_MATCHES(call, mdsm::error, code_is(...))).
 inline auto code_is(mdsm_status c) {

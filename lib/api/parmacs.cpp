@@ -301,6 +301,14 @@ void check_index(long i, std::size_t capacity, const std::string& what) {
 
 }  // namespace
 
+namespace {
+// Outside extern "C": it returns a C++ type.
+mdsm::mutex_handle pause_mutex(const mdsm_parmacs_pause* p, const std::string& what) {
+  if (p->mutex.id == 0) fail(what, "the pause flag was never initialized (PAUSEINIT)");
+  return cpp(p->mutex);
+}
+}  // namespace
+
 extern "C" {
 
 void mdsm_parmacs_init(size_t shared_bytes, const char* text, const char* file, int line) {
@@ -518,13 +526,6 @@ void mdsm_parmacs_pause_init(mdsm_parmacs_pause* p, const char* text, const char
     p->flag = 0;
   });
 }
-
-namespace {
-mdsm::mutex_handle pause_mutex(const mdsm_parmacs_pause* p, const std::string& what) {
-  if (p->mutex.id == 0) fail(what, "the pause flag was never initialized (PAUSEINIT)");
-  return cpp(p->mutex);
-}
-}  // namespace
 
 void mdsm_parmacs_pause_set(mdsm_parmacs_pause* p, const char* text, const char* file, int line) {
   const std::string what = where(text, file, line);

@@ -54,9 +54,13 @@ incdir=$(pkg-config --variable=includedir mdsm)
 m4 -s "$incdir/mdsm/parmacs.m4" "$src/examples/parmacs/radix.C" >radix.c
 "${cc[@]}" "${sanitize[@]}" -std=c11 -Wall -Wextra -Werror -c -o radix.o radix.c $(pkg-config --cflags mdsm)
 "${cxx[@]}" "${sanitize[@]}" -o radix radix.o $(pkg-config --libs mdsm)
-out=$("$src/tools/mdsmrun" -n 2 ./radix -p2 -n4096)
-echo "$out" | grep "^check:"
-grep -q "^check: matches qsort" <<<"$out" || { echo "the PARMACS program did not sort" >&2; exit 1; }
+# Not run under a sanitizer: clang links its runtime into the executable, so the runtime's state
+# is among the globals CREATE copies from rank 0 (as with a static libmdsm), and the copy breaks it.
+if [[ ${#sanitize[@]} -eq 0 ]]; then
+  out=$("$src/tools/mdsmrun" -n 2 ./radix -p2 -n4096)
+  echo "$out" | grep "^check:"
+  grep -q "^check: matches qsort" <<<"$out" || { echo "the PARMACS program did not sort" >&2; exit 1; }
+fi
 "${cxx[@]}" "${sanitize[@]}" -o radix_static radix.o "$libdir/libmdsm.a" $(pkg-config --libs ompi-c hwloc) -lpthread
 if out=$("$src/tools/mdsmrun" -n 1 ./radix_static 2>&1); then
   echo "the PARMACS program linked with libmdsm.a was not refused" >&2

@@ -1,5 +1,7 @@
 #include "regions/arena.hpp"
 
+#include "common/check.hpp"
+
 #include <algorithm>
 
 namespace mdsm::regions {
@@ -25,6 +27,13 @@ std::optional<std::uintptr_t> arena::allocate(std::size_t bytes, std::size_t ali
     return aligned;
   }
   return std::nullopt;
+}
+
+std::uintptr_t arena::allocate_or_fail(std::size_t bytes, std::size_t align, std::string_view who,
+                                       std::string_view advice) {
+  if (auto addr = allocate(bytes, align)) return *addr;
+  detail::fail(MDSM_ERR_OUT_OF_MEMORY, who, " has ", free_bytes(), " bytes free (largest block ", largest_free(), ") of ",
+               capacity(), "; ", advice);
 }
 
 std::optional<std::size_t> arena::release(std::uintptr_t addr) {

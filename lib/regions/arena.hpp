@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <string_view>
 
 namespace mdsm::regions {
 
@@ -16,6 +17,9 @@ class arena {
 
   // An address aligned to `align` (a power of two) with `bytes` free after it, or nullopt.
   std::optional<std::uintptr_t> allocate(std::size_t bytes, std::size_t align);
+  // allocate(), or fails with MDSM_ERR_OUT_OF_MEMORY: "<who> has F bytes free (largest block L)
+  // of C; <advice>" (who names the call and the arena, advice says what to change).
+  std::uintptr_t allocate_or_fail(std::size_t bytes, std::size_t align, std::string_view who, std::string_view advice);
   // The size of the allocation that starts at `addr`, which is now free; nullopt if no
   // allocation starts there.
   std::optional<std::size_t> release(std::uintptr_t addr);

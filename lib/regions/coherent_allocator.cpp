@@ -83,33 +83,29 @@ void coherent_allocator::account(std::uintptr_t addr, std::size_t bytes, bool al
 void* coherent_allocator::alloc(std::size_t bytes) {
   if (bytes == 0) detail::fail(MDSM_ERR_INVALID_ARGUMENT, "alloc: size 0");
   std::lock_guard lk(mutex_);
-  auto addr = own_.allocate(bytes, alignment_for(bytes));
-  if (!addr)
-    detail::fail(MDSM_ERR_OUT_OF_MEMORY, "alloc(", bytes, "): rank ", engine_.rank(), "'s arena has ",
-                 own_.free_bytes(), " bytes free (largest block ", own_.largest_free(), ") of ", own_.capacity(),
-                 "; set a larger MDSM_COHERENT_SIZE (each rank's arena is half the region divided by the ranks)");
-  account(*addr, bytes, true);
-  return reinterpret_cast<void*>(*addr);
+  const std::uintptr_t addr =
+      own_.allocate_or_fail(bytes, alignment_for(bytes), detail::cat("alloc(", bytes, "): rank ", engine_.rank(), "'s arena"),
+                            "set a larger MDSM_COHERENT_SIZE (each rank's arena is half the region divided by the ranks)");
+  account(addr, bytes, true);
+  return reinterpret_cast<void*>(addr);
 }
 
 void* coherent_allocator::alloc_collective(std::size_t bytes) {
   check_same_everywhere(endpoint_.transport(), endpoint_.progress(), bytes, "alloc_collective");
   if (bytes == 0) detail::fail(MDSM_ERR_INVALID_ARGUMENT, "alloc_collective: size 0");
   std::lock_guard lk(mutex_);
-  auto addr = collective_.allocate(bytes, alignment_for(bytes));
-  if (!addr)
-    detail::fail(MDSM_ERR_OUT_OF_MEMORY, "alloc_collective(", bytes, "): the collective arena has ",
-                 collective_.free_bytes(), " bytes free (largest block ", collective_.largest_free(), ") of ",
-                 collective_.capacity(), "; set a larger MDSM_COHERENT_SIZE");
-  const std::uint32_t first = region_.unit_of(reinterpret_cast<void*>(*addr));
+  const std::uintptr_t addr = collective_.allocate_or_fail(
+      bytes, alignment_for(bytes), detail::cat("alloc_collective(", bytes, "): the collective arena"),
+      "set a larger MDSM_COHERENT_SIZE");
+  const std::uint32_t first = region_.unit_of(reinterpret_cast<void*>(addr));
   // The units this allocation brings into use get blocks of it as homes (engine::home_of).
   struct homes_scope {
     coherence::engine& e;
     ~homes_scope() { e.collective_allocation(0, 0); }
   } homes{engine_};
-  engine_.collective_allocation(first, region_.unit_of(reinterpret_cast<void*>(*addr + bytes - 1)) - first + 1);
-  account(*addr, bytes, true);
-  return reinterpret_cast<void*>(*addr);
+  engine_.collective_allocation(first, region_.unit_of(reinterpret_cast<void*>(addr + bytes - 1)) - first + 1);
+  account(addr, bytes, true);
+  return reinterpret_cast<void*>(addr);
 }
 
 mdsm_status coherent_allocator::free_own(std::uintptr_t addr, std::string& why) {

@@ -90,23 +90,17 @@ std::size_t noncoherent_region::alignment_for(std::size_t bytes) {
 void* noncoherent_region::alloc(int rank, std::size_t bytes) {
   if (bytes == 0) detail::fail(MDSM_ERR_INVALID_ARGUMENT, "nc_alloc: size 0");
   std::lock_guard lk(mutex_);
-  auto addr = own_.allocate(bytes, alignment_for(bytes));
-  if (!addr)
-    detail::fail(MDSM_ERR_OUT_OF_MEMORY, "nc_alloc(", bytes, "): rank ", rank, "'s non-coherent arena has ",
-                 own_.free_bytes(), " bytes free (largest block ", own_.largest_free(), ") of ", own_.capacity(),
-                 "; set a larger MDSM_NONCOHERENT_SIZE (each rank's arena is half the region divided by the ranks)");
-  return reinterpret_cast<void*>(*addr);
+  return reinterpret_cast<void*>(
+      own_.allocate_or_fail(bytes, alignment_for(bytes), detail::cat("nc_alloc(", bytes, "): rank ", rank, "'s non-coherent arena"),
+                            "set a larger MDSM_NONCOHERENT_SIZE (each rank's arena is half the region divided by the ranks)"));
 }
 
 void* noncoherent_region::alloc_collective(std::size_t bytes) {
   if (bytes == 0) detail::fail(MDSM_ERR_INVALID_ARGUMENT, "nc_alloc_collective: size 0");
   std::lock_guard lk(mutex_);
-  auto addr = collective_.allocate(bytes, alignment_for(bytes));
-  if (!addr)
-    detail::fail(MDSM_ERR_OUT_OF_MEMORY, "nc_alloc_collective(", bytes, "): the non-coherent collective arena has ",
-                 collective_.free_bytes(), " bytes free (largest block ", collective_.largest_free(), ") of ",
-                 collective_.capacity(), "; set a larger MDSM_NONCOHERENT_SIZE");
-  return reinterpret_cast<void*>(*addr);
+  return reinterpret_cast<void*>(collective_.allocate_or_fail(
+      bytes, alignment_for(bytes), detail::cat("nc_alloc_collective(", bytes, "): the non-coherent collective arena"),
+      "set a larger MDSM_NONCOHERENT_SIZE"));
 }
 
 mdsm_status noncoherent_region::free_own(std::uintptr_t addr, std::string& why) {

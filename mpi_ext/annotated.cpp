@@ -1,5 +1,5 @@
-// The annotated point-to-point calls, MDSM_Send ... MDSM_Iprobe, and the send and receive of one
-// message that requests.cpp and collectives.cpp use too. Shared checks and state: context.cpp.
+// The send and receive of one annotated message (send_op, recv_op), which the blocking calls
+// (point_to_point.cpp), requests.cpp and collectives.cpp use. Shared checks and state: context.cpp.
 #include "mpi_ext/ext.hpp"
 
 #include "api/c_guard.hpp"
@@ -226,8 +226,6 @@ int post_recv(recv_op& op, bool block) {
 
 namespace mdsm::mpi_ext {
 
-namespace {
-
 // A received message is an MDSM message: raises the error if not.
 int check_header(const header& h, int bytes, MPI_Comm comm, const MPI_Status& st) {
   if (bytes < k_header)
@@ -247,6 +245,8 @@ bool truncated(int rc) {
   if (rc != MPI_SUCCESS) PMPI_Error_class(rc, &cls);
   return cls == MPI_ERR_TRUNCATE;
 }
+
+namespace {
 
 // The data message has arrived: check the header, copy the data out, start the side channel.
 void data_arrived(recv_op& op, bool block) {
@@ -503,168 +503,3 @@ bool advance(recv_op& op, bool block) {
 }
 
 }  // namespace mdsm::mpi_ext
-
-// ---- the C API -----------------------------------------------------------------------------
-
-using namespace mdsm::mpi_ext;
-
-namespace {
-
-// A per-thread buffer that only grows.
-struct scratch_buffer {
-  std::unique_ptr<std::byte[]> p;
-  std::size_t capacity = 0;
-  std::byte* get(std::size_t n) {
-    if (n > capacity) {
-      p = std::make_unique<std::byte[]>(n);
-      capacity = n;
-    }
-    return p.get();
-  }
-};
-thread_local scratch_buffer t_send_buf, t_recv_buf;
-
-// The common case, in few instructions: a predefined datatype, data small enough to copy, the
-// buffer outside the coherent region, mdsm up and not in a handler. nullptr: take the general
-// path (which also reports whatever is wrong).
-mdsm::detail::runtime* fast_eligible(const void* buf, int count, MPI_Datatype type, std::size_t& bytes) {
-  const int size = named_size(type);
-  if (size == 0 || count < 0 || mdsm::net::current_handler() != nullptr) return nullptr;
-  bytes = static_cast<std::size_t>(count) * static_cast<std::size_t>(size);
-  if (bytes > copy_max()) return nullptr;
-  mdsm::detail::runtime* rt = nullptr;
-  try {
-    rt = &mdsm::detail::rt();
-  } catch (const mdsm::error&) {  // not initialized, or a handler's error to report
-    return nullptr;
-  }
-  if (!may_block(*rt)) return nullptr;
-  const auto& region = rt->engine->region();
-  const std::byte* lo = static_cast<const std::byte*>(buf);
-  if (bytes != 0 && (region.contains(lo) || region.contains(lo + bytes - 1) ||
-                     (lo < region.app_base() && lo + bytes > region.app_base())))
-    return nullptr;
-  return rt;
-}
-
-// NONE: header and data in one buffer, one MPI call. -1: take the general path.
-int fast_send_none(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm, bool sync) {
-  std::size_t bytes = 0;
-  if (fast_eligible(buf, count, type, bytes) == nullptr) return -1;
-  std::byte* out = t_send_buf.get(sizeof(header) + bytes);
-  // A NONE header: the magic, then zeros (no annotation, no consistency information).
-  std::memset(out, 0, sizeof(header));
-  std::memcpy(out, &k_magic, sizeof k_magic);
-  if (bytes != 0) std::memcpy(out + sizeof(header), buf, bytes);
-  mdsm::stats::add(mdsm::stats::counter::mpi_sends_none);
-  const int n = static_cast<int>(sizeof(header) + bytes);
-  return sync ? PMPI_Ssend(out, n, MPI_BYTE, dest, tag, comm) : PMPI_Send(out, n, MPI_BYTE, dest, tag, comm);
-}
-
-// Any annotation: receives into this thread's buffer and copies out; the side channel only when
-// the header names one. -1: take the general path.
-int fast_recv(void* buf, int count, MPI_Datatype type, int source, int tag, MPI_Comm comm, MPI_Status* status) {
-  std::size_t bytes = 0;
-  if (any_stashed() || fast_eligible(buf, count, type, bytes) == nullptr) return -1;
-  std::byte* in = t_recv_buf.get(sizeof(header) + bytes);
-  MPI_Status st;
-  int rc = PMPI_Recv(in, static_cast<int>(sizeof(header) + bytes), MPI_BYTE, source, tag, comm, &st);
-  if (rc != MPI_SUCCESS && !truncated(rc)) {
-    if (status != MPI_STATUS_IGNORE) *status = st;
-    return rc;
-  }
-  const int got = static_cast<int>(mdsm::net::received_bytes(st));
-  // The header's fixed fields first; the whole header only when it carries information.
-  header h;
-  if (got >= k_header) std::memcpy(static_cast<void*>(&h), in, offsetof(header, cinfo));
-  if (got < k_header || h.magic != k_magic || h.annot > MDSM_RELEASE_NT ||
-      (h.inline_cinfo && h.cinfo_len > k_inline_cinfo)) [[unlikely]]
-    return check_header(h, got, comm, st);
-  if (h.inline_cinfo) std::memcpy(h.cinfo, in + offsetof(header, cinfo), h.cinfo_len);
-  // Open MPI 4.1.4 reports a truncated message's whole size: what arrived is what fitted.
-  const std::size_t data = std::min(static_cast<std::size_t>(got - k_header), bytes);
-  if (data != 0) std::memcpy(buf, in + sizeof h, data);
-  set_received_bytes(&st, static_cast<MPI_Count>(data));
-  if (h.cinfo_len != 0 || h.side_data) {
-    recv_op op;
-    op.c = enter(comm, "MDSM_Recv");
-    if (op.c.rc != MPI_SUCCESS) return op.c.rc;
-    op.h = h;
-    op.status = st;
-    op.comm = comm;
-    op.buf = buf;
-    op.count = count;
-    op.type = type;
-    op.b.bytes = bytes;
-    continue_on_side(op, true);
-    advance(op, true);
-    st = op.status;
-    if (rc == MPI_SUCCESS) rc = op.rc;
-  }
-  if (status != MPI_STATUS_IGNORE) *status = st;
-  return rc;
-}
-
-// MDSM_Send and MDSM_Ssend (`sync`). `given` as the C caller passed it (checked_annotation).
-int blocking_send(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm,
-                  const mdsm_annotation* given, bool sync) {
-  const char* call = sync ? "MDSM_Ssend" : "MDSM_Send";
-  mdsm_annotation a = MDSM_NONE;
-  if (const int rc = checked_annotation(given, comm, call, a); rc != MPI_SUCCESS) return rc;
-  if (dest == MPI_PROC_NULL)
-    return sync ? PMPI_Ssend(buf, count, type, dest, tag, comm) : PMPI_Send(buf, count, type, dest, tag, comm);
-  if (a == MDSM_NONE)
-    if (const int rc = fast_send_none(buf, count, type, dest, tag, comm, sync); rc != -1) return rc;
-  context c = enter(comm, call);
-  if (c.rc != MPI_SUCCESS) return c.rc;
-  if (mdsm::net::current_handler() != nullptr)
-    return raise(comm, errc::not_initialized, mdsm::detail::cat(call, ": called from a message handler (it blocks)"));
-  send_op op;
-  return send(c, op, buf, count, type, dest, tag, comm, a, sync ? send_mode::synchronous : send_mode::standard);
-}
-
-}  // namespace
-
-extern "C" {
-
-int MDSM_Send(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm, mdsm_annotation a) {
-  return blocking_send(buf, count, type, dest, tag, comm, &a, false);
-}
-
-int MDSM_Ssend(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm, mdsm_annotation a) {
-  return blocking_send(buf, count, type, dest, tag, comm, &a, true);
-}
-
-int MDSM_Recv(void* buf, int count, MPI_Datatype type, int source, int tag, MPI_Comm comm, MPI_Status* status) {
-  if (source == MPI_PROC_NULL) return PMPI_Recv(buf, count, type, source, tag, comm, status);
-  if (const int rc = fast_recv(buf, count, type, source, tag, comm, status); rc != -1) return rc;
-  if (mdsm::net::current_handler() != nullptr)
-    return raise(comm, errc::not_initialized, "MDSM_Recv: called from a message handler (it blocks)");
-  recv_op op;
-  if (const int rc = prepare_recv(op, buf, count, type, source, tag, comm, "MDSM_Recv"); rc != MPI_SUCCESS) return rc;
-  recv_blocking(op);
-  if (status != MPI_STATUS_IGNORE) *status = op.status;
-  return op.rc;
-}
-
-int MDSM_Sendrecv(const void* sendbuf, int sendcount, MPI_Datatype sendtype, int dest, int sendtag, void* recvbuf,
-                  int recvcount, MPI_Datatype recvtype, int source, int recvtag, MPI_Comm comm, MPI_Status* status,
-                  mdsm_annotation given) {
-  mdsm_annotation a = MDSM_NONE;
-  if (const int rc = checked_annotation(&given, comm, "MDSM_Sendrecv", a); rc != MPI_SUCCESS) return rc;
-  context c = enter(comm, "MDSM_Sendrecv");
-  if (c.rc != MPI_SUCCESS) return c.rc;
-  if (mdsm::net::current_handler() != nullptr)
-    return raise(comm, errc::not_initialized, "MDSM_Sendrecv: called from a message handler (it blocks)");
-  send_op out;
-  if (dest != MPI_PROC_NULL) {
-    if (const int rc = send(c, out, sendbuf, sendcount, sendtype, dest, sendtag, comm, a, send_mode::nonblocking);
-        rc != MPI_SUCCESS)
-      return rc;
-  }
-  const int rc = MDSM_Recv(recvbuf, recvcount, recvtype, source, recvtag, comm, status);
-  const int sent = wait_send(*c.rt, out, comm);
-  return rc != MPI_SUCCESS ? rc : sent;
-}
-
-}  // extern "C"

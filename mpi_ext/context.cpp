@@ -1,6 +1,7 @@
 // What every MDSM_ call shares: mdsm's MPI error codes, the per-communicator state, the
 // annotation and buffer checks, and the wait that serves mdsm when blocking inside MPI is not
-// allowed. The messages themselves: annotated.cpp (point to point), requests.cpp, collectives.cpp.
+// allowed. The messages themselves: annotated.cpp (one message), point_to_point.cpp and probe.cpp
+// (the blocking calls and probes), requests.cpp, collectives.cpp.
 #include "mpi_ext/ext.hpp"
 
 #include "api/c_guard.hpp"

@@ -1,5 +1,5 @@
 // mpi_ext internals shared by context.cpp (checks, communicator state, waits), the point-to-point
-// calls (annotated.cpp), requests.cpp and the collectives
+// operations (annotated.cpp) and calls (point_to_point.cpp, probe.cpp), requests.cpp and the collectives
 // (collectives.cpp). The wire format and the protocol are described in docs/MPI.md.
 //
 // An MDSM message is one MPI message on the user's communicator: a 64-byte header, then the
@@ -189,6 +189,11 @@ int post_recv(recv_op& op, bool block);
 void continue_on_side(recv_op& op, bool block);
 // post_recv and advance to the end, on the calling thread.
 void recv_blocking(recv_op& op);
+// A received message of `bytes` bytes with header h is an MDSM message: MPI_SUCCESS, else the
+// error raised on comm.
+int check_header(const header& h, int bytes, MPI_Comm comm, const MPI_Status& st);
+// Whether an MPI return code is of class MPI_ERR_TRUNCATE.
+bool truncated(int rc);
 // Moves the receive on; with `block` to the end. True once done (op.rc tells how it ended).
 bool advance(recv_op& op, bool block);
 

@@ -38,20 +38,30 @@ trap '"$cluster" down >/dev/null 2>&1; rm -f "$out"' EXIT
 # A launch sometimes fails before any rank starts: Open MPI's daemons cannot connect right after
 # the previous job's have gone, or one crashes writing its hwloc topology to shared memory (all
 # "hosts" share one kernel here). Those are retried; a failure of the program itself is not.
-run() {
-  echo "== $*"
+#   launch SECONDS mpirun-args...   output in $out, the job's exit status as its own
+launch() {
+  local seconds=$1 rc=0
+  shift
   for attempt in 1 2 3; do
-    if timeout 600 "$cluster" mpirun "$@" >"$out" 2>&1; then
-      cat "$out"
-      return
-    fi
-    grep -q -e "unable to complete a TCP connection" -e "ORTE was unable to reliably start" "$out" || break
+    timeout "$seconds" "$cluster" mpirun "$@" >"$out" 2>&1
+    rc=$?
+    ((rc == 0)) && return 0
+    grep -q -e "unable to complete a TCP connection" -e "ORTE was unable to reliably start" "$out" ||
+      return $rc
     echo "(launch failed before the job started; retrying)"
     sleep 2
   done
+  return $rc
+}
+run() {
+  echo "== $*"
+  launch 600 "$@"
+  local rc=$?
   cat "$out"
-  echo "FAILED across hosts: $*"
-  status=1
+  if ((rc != 0)); then
+    echo "FAILED across hosts: $*"
+    status=1
+  fi
 }
 run -n 4 "$build/test/mpi_tests"
 # Flow control between two hosts as well (the 4-host run above includes the [flow] cases too):
@@ -70,7 +80,7 @@ run -n 4 "$build/examples/parmacs/parmacs_radix" -p4
 run -n 4 "$build/examples/parmacs/parmacs_sor" -p4 -m4000  # fewer deposits: each may take a remote lock
 # The failure detector across hosts: a stopped rank ends the job (status 75) with a report.
 echo "== failure detector: a rank stopped before a barrier"
-timeout 120 "$cluster" mpirun -x MDSM_WAIT_DEADLINE_S=3 -n 4 "$build/test/stopped_rank" barrier >"$out" 2>&1
+launch 120 -x MDSM_WAIT_DEADLINE_S=3 -n 4 "$build/test/stopped_rank" barrier
 detector=$?
 cat "$out"
 if ((detector != 75)) || ! grep -q "has waited .* for barrier::arrive_and_wait" "$out"; then

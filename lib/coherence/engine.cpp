@@ -31,6 +31,7 @@ engine::engine(net::transport& t, net::progress& p, const region_config& cfg)
       notices_(static_cast<std::size_t>(size_), region_.units()),
       hot_intervals_(static_cast<std::uint8_t>(cfg.hot_intervals)),
       push_diffs_(cfg.push_diffs),
+      prefetch_(cfg.prefetch),
       background_gc_(cfg.background_gc),
       push_sets_(static_cast<std::size_t>(size_)),
       walks_(static_cast<std::size_t>(size_)) {

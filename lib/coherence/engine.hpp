@@ -207,14 +207,47 @@ class engine {
     std::vector<piece> pieces;
     std::uint32_t home_after = 0;  // need_copy: the home's writes the copy already holds
   };
-  // Adds the units after batch.front() that are likely read next and can be fetched in the same
-  // messages, marked fetching: with need_copy, units without a copy that have the same home;
-  // otherwise invalid units that lack writes of the same ranks only.
-  void gather_neighbours(std::vector<fetch_unit>& batch, bool need_copy);
-  // Asks every writer (and the home, for copies) at once and waits; returns the replies the
-  // batch's pieces point into, or nothing if the home has batch.front() unallocated (or busy).
-  // With need_copy, a neighbour whose copy the home could not send has an empty `copy`.
-  std::vector<box_ptr> fetch(std::vector<fetch_unit>& batch, bool need_copy, bool& copy_busy);
+  // The window a walk is likely to read next, to ask for along with a fetch (start_prefetch).
+  struct readahead {
+    bool go = false;
+    std::uint32_t from = 0, count = 0;
+  };
+  // If unit v can be fetched in the same messages as the batch (page lock held), marks it
+  // fetching, appends it and returns true: with need_copy, a unit without a copy whose home is
+  // `home`; otherwise an invalid unit that lacks writes of `first`'s creators only.
+  bool join_batch_locked(std::uint32_t v, page_entry& pe, bool need_copy, int home, const std::vector<wanted>& first,
+                         std::vector<fetch_unit>& batch);
+  // Adds the units after batch.front() that are likely read next (join_batch_locked); returns
+  // the window after them if the fault continues a walk that goes on.
+  readahead gather_neighbours(std::vector<fetch_unit>& batch, bool need_copy);
+  // Asks every writer (and the home, for copies) at once, starts the prefetch `next` names, and
+  // waits; returns the replies the batch's pieces point into, or nothing if the home has
+  // batch.front() unallocated (or busy). With need_copy, a neighbour whose copy the home could
+  // not send has an empty `copy`.
+  std::vector<box_ptr> fetch(std::vector<fetch_unit>& batch, bool need_copy, bool& copy_busy, const readahead& next);
+  // A batch's requests: creator -> its (unit, after, through) triples.
+  using request_map = std::map<std::uint32_t, std::vector<std::uint32_t>>;
+  request_map plan_requests(const std::vector<fetch_unit>& batch, bool need_copy);
+  void send_fetch_request(std::uint32_t creator, bool copy, const std::vector<std::uint32_t>& req, box_ptr box);
+  // Puts creator's reply to `req` into the batch (pieces, and copies from the home). False if the
+  // home sent no copy of batch.front() (copy_busy: it was busy, rather than not allocated).
+  bool take_fetch_reply(std::vector<fetch_unit>& batch, bool need_copy, std::uint32_t creator,
+                        const std::vector<std::uint32_t>& req, std::span<const std::byte> reply, bool& copy_busy);
+  // Prefetch (fetch.cpp): up to `count` units from `from` that join a batch like neighbours of
+  // one whose wants are `first`, asked for without waiting; the last reply installs them
+  // (finish_prefetch, handler context). At most k_prefetches_max in flight; off with
+  // MDSM_PREFETCH=0.
+  static constexpr unsigned k_prefetches_max = 2;
+  struct prefetch_job;
+  // A thread is about to wait for unit u, which another thread or a prefetch fetches: if u lies
+  // in the window before batch_next_ (the walk caught up with what it asked for ahead), asks for
+  // the window after it now.
+  void prefetch_after(std::uint32_t u);
+  void start_prefetch(std::uint32_t from, std::uint32_t count, bool need_copy, const std::vector<wanted>& first,
+                      int home);
+  void finish_prefetch(prefetch_job& job);
+  // Ends the prefetch: its units stop fetching, installed if `install` (and nothing was freed).
+  void end_prefetch(prefetch_job& job, bool install);
   void order_pieces(std::vector<fetch_unit>& batch);
   // Installs a fetched unit: the copy, then the pieces (page lock held).
   void install_locked(fetch_unit& f, page_entry& pe);
@@ -306,12 +339,17 @@ class engine {
   // is announced for at most this many more intervals.
   static constexpr unsigned k_hot_period_max = 256;
   const bool push_diffs_;                        // region_config::push_diffs
+  const bool prefetch_;                          // region_config::prefetch
   const bool background_gc_;                     // region_config::background_gc
   std::atomic<std::uint32_t> last_closed_{0};  // index of this rank's newest closed interval
   // gather_neighbours' readahead: the unit after the last batch, and that batch's window (a
   // heuristic shared by the application threads: relaxed, races only change a window).
   std::atomic<std::uint32_t> batch_next_{~0u};
   std::atomic<std::uint32_t> batch_window_{16};
+  std::atomic<unsigned> prefetches_in_flight_{0};  // at most k_prefetches_max (start_prefetch)
+  // Counts units_freed calls (bumped before it looks at any unit): a prefetch that started
+  // before a free installs nothing (end_prefetch).
+  std::atomic<std::uint32_t> freed_epoch_{0};
   // write_ahead's counterparts: the unit after the last run made writable, and its length.
   std::atomic<std::uint32_t> write_next_{~0u};
   std::atomic<std::uint32_t> write_window_{0};

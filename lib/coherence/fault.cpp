@@ -276,9 +276,10 @@ bool engine::validate(std::uint32_t u, access how) {
       }
       return true;
     }
-    if (pe.fetching) {  // another thread is fetching this unit: wait for it, then look again
+    if (pe.fetching) {  // another thread (or a prefetch) is fetching this unit: wait, then look again
       const std::uint32_t generation = pe.fetch_generation;
       lk.unlock();
+      prefetch_after(u);
       progress_.wait_until([&] {
         std::lock_guard g(pages_.lock_of(u));
         return pages_.at(u).fetch_generation != generation;
@@ -311,12 +312,12 @@ bool engine::validate(std::uint32_t u, access how) {
     if (pe.twin) make_diff_locked(u, pe);
     batch.front().home_after = pe.applied_through_of(static_cast<std::uint32_t>(home_of(u)));
     lk.unlock();
-    gather_neighbours(batch, need_copy);
+    const readahead next = gather_neighbours(batch, need_copy);
 
     std::vector<box_ptr> replies;
     bool copy_busy = false;
     try {
-      replies = fetch(batch, need_copy, copy_busy);
+      replies = fetch(batch, need_copy, copy_busy, next);
       order_pieces(batch);
     } catch (...) {
       for (const fetch_unit& f : batch) {
@@ -491,6 +492,7 @@ void engine::units_allocated(std::uint32_t first, std::uint32_t count) {
 }
 
 void engine::units_freed(std::uint32_t first, std::uint32_t count) {
+  freed_epoch_.fetch_add(1, std::memory_order_seq_cst);  // before any unit: end_prefetch
   clear_homes(first, count);
   // Units without entries (never touched since allocated, units_allocated) hold nothing but
   // their valid bit: clear it and close them, chunk by chunk, without making entries.

@@ -18,7 +18,32 @@
 
 namespace mdsm::coherence {
 
-void engine::gather_neighbours(std::vector<fetch_unit>& batch, bool need_copy) {
+bool engine::join_batch_locked(std::uint32_t v, page_entry& pe, bool need_copy, int home, const std::vector<wanted>& first,
+                               std::vector<fetch_unit>& batch) {
+  if (need_copy) {
+    // A copy dropped by a background collection still under way is left to its own fault
+    // (validate waits for the collection); one with a twin has writes of ours to save first.
+    if (home_of(v) != home || pe.state != page_state::no_copy || pe.fetching || pe.dropped_in != 0 || pe.twin)
+      return false;
+    pe.fetching = true;
+    fetch_unit f{v, wanted_locked(v, pe), {}, {}};
+    f.home_after = pe.applied_through_of(static_cast<std::uint32_t>(home));
+    batch.push_back(std::move(f));
+    return true;
+  }
+  if (pe.state != page_state::invalid || pe.fetching) return false;
+  std::vector<wanted> wants = wanted_locked(v, pe);
+  const bool same_writers = !wants.empty() && std::all_of(wants.begin(), wants.end(), [&](const wanted& w) {
+    return std::any_of(first.begin(), first.end(), [&](const wanted& f) { return f.creator == w.creator; });
+  });
+  if (!same_writers) return false;
+  pe.fetching = true;
+  if (pe.twin) make_diff_locked(v, pe);
+  batch.push_back(fetch_unit{v, std::move(wants), {}, {}});
+  return true;
+}
+
+auto engine::gather_neighbours(std::vector<fetch_unit>& batch, bool need_copy) -> readahead {
   // A unit of a run that is out of date with writes of the same ranks (a row, a block), or that
   // has no copy yet and the same home (a block of another rank's matrix read for the first time),
   // is likely read next: ask for it in the same messages instead of faulting and asking again
@@ -30,54 +55,31 @@ void engine::gather_neighbours(std::vector<fetch_unit>& batch, bool need_copy) {
   // row k, whose neighbours are rewritten before they are read, keeps the small window).
   constexpr std::uint32_t k_batch_min = 16, k_batch_max = 128;
   const std::uint32_t u = batch.front().unit;
+  const bool walking = u == batch_next_.load(std::memory_order_relaxed);
   const std::uint32_t window =
-      u == batch_next_.load(std::memory_order_relaxed)
-          ? std::min(2 * batch_window_.load(std::memory_order_relaxed), k_batch_max)
-          : k_batch_min;
+      walking ? std::min(2 * batch_window_.load(std::memory_order_relaxed), k_batch_max) : k_batch_min;
   batch_window_.store(window, std::memory_order_relaxed);
   const std::vector<wanted> first = batch.front().wants;  // a copy: batch grows below
   const int home = home_of(u);
   for (std::uint32_t v = u + 1; v < region_.units() && v - u < window; ++v) {
-    if (pages_.find(v) == nullptr) break;
-    if (need_copy && home_of(v) != home) break;
+    page_entry* pe = pages_.find(v);
+    if (pe == nullptr) break;
     std::lock_guard lk(pages_.lock_of(v));
-    page_entry& pe = pages_.at(v);
-    if (need_copy) {
-      // A copy dropped by a background collection still under way is left to its own fault
-      // (validate waits for the collection); one with a twin has writes of ours to save first.
-      if (pe.state != page_state::no_copy || pe.fetching || pe.dropped_in != 0 || pe.twin) break;
-      pe.fetching = true;
-      fetch_unit f{v, wanted_locked(v, pe), {}, {}};
-      f.home_after = pe.applied_through_of(static_cast<std::uint32_t>(home));
-      batch.push_back(std::move(f));
-      continue;
-    }
-    if (pe.state != page_state::invalid || pe.fetching) break;
-    std::vector<wanted> wants = wanted_locked(v, pe);
-    const bool same_writers = !wants.empty() && std::all_of(wants.begin(), wants.end(), [&](const wanted& w) {
-      return std::any_of(first.begin(), first.end(), [&](const wanted& f) { return f.creator == w.creator; });
-    });
-    if (!same_writers) break;
-    pe.fetching = true;
-    if (pe.twin) make_diff_locked(v, pe);
-    batch.push_back(fetch_unit{v, std::move(wants), {}, {}});
+    if (!join_batch_locked(v, *pe, need_copy, home, first, batch)) break;
   }
-  batch_next_.store(u + static_cast<std::uint32_t>(batch.size()), std::memory_order_relaxed);
+  const auto next = u + static_cast<std::uint32_t>(batch.size());
+  batch_next_.store(next, std::memory_order_relaxed);
+  // A walk that filled its window goes on: the next window is asked for as well (start_prefetch).
+  if (walking && batch.size() == window) return readahead{true, next, window};
+  return {};
 }
 
-namespace {
-// A reply normally takes 10-60 us (a round trip plus making the diffs of up to 16 units; a
-// readahead batch of up to 128 takes longer, and a nudge then only costs a spurious wake-up).
-constexpr double k_nudge_after_ns = 50'000;
-}  // namespace
-
-auto engine::fetch(std::vector<fetch_unit>& batch, bool need_copy, bool& copy_busy) -> std::vector<box_ptr> {
-  copy_busy = false;
-  // One request per writer for every unit of the batch that lacks its writes; units without a
-  // copy (all of the batch, or none) ask their home for the copies as well, in one request
-  // that also names the home's writes each lacks.
+// The requests of a batch, by creator: (unit, after, through) for every unit that lacks its
+// writes; with need_copy the home's request names every unit of the batch (for its copy and the
+// home's writes each lacks).
+auto engine::plan_requests(const std::vector<fetch_unit>& batch, bool need_copy) -> request_map {
   const auto home = static_cast<std::uint32_t>(home_of(batch.front().unit));
-  std::map<std::uint32_t, std::vector<std::uint32_t>> by_creator;  // creator -> (unit, after, through)...
+  request_map by_creator;
   for (const fetch_unit& f : batch)
     for (const wanted& w : f.wants) {
       if (need_copy && w.creator == home) continue;  // in the copy request below
@@ -93,19 +95,71 @@ auto engine::fetch(std::vector<fetch_unit>& batch, bool need_copy, bool& copy_bu
       req.insert(req.end(), {f.unit, after, through});
     }
   }
+  return by_creator;
+}
+
+void engine::send_fetch_request(std::uint32_t creator, bool copy, const std::vector<std::uint32_t>& req, box_ptr box) {
+  MDSM_ASSERT(static_cast<int>(creator) != rank_, "fetching from oneself");
+  const std::uint32_t token = register_box(std::move(box));
+  stats::add(copy ? stats::counter::page_requests : stats::counter::diff_requests);
+  net::byte_writer out;
+  out.put(static_cast<std::uint32_t>(req.size() / 3));
+  out.put_array<std::uint32_t>(req);
+  send_protocol(static_cast<int>(creator), copy ? op_copy_request : op_diff_request, token, out.bytes());
+}
+
+bool engine::take_fetch_reply(std::vector<fetch_unit>& batch, bool need_copy, std::uint32_t creator,
+                              const std::vector<std::uint32_t>& req, std::span<const std::byte> reply, bool& copy_busy) {
+  auto add_piece = [&](fetch_unit& f, const piece_view& p) {
+    f.pieces.push_back(fetch_unit::piece{creator, p.first, p.last, p.serial, p.bytes});
+  };
+  if (need_copy && creator == static_cast<std::uint32_t>(home_of(batch.front().unit))) {
+    // Entry k is batch[k]: the copy request names every unit of the batch, in order.
+    const copy_reply_end end = decode_copy_reply(
+        reply, req, region_.unit(), [&](std::size_t k, std::span<const std::byte> copy) { batch[k].copy = copy; },
+        [&](std::size_t k, const piece_view& p) { add_piece(batch[k], p); });
+    if (end.copies == 0) {  // the first unit: not allocated at the home, or busy
+      copy_busy = end.status == k_copy_busy;
+      return false;
+    }
+    // A unit after the ones with copies stays without one: its own fault asks again.
+    return true;
+  }
+  // The reply's entries are in request order; the request was built from the batch in order.
+  std::size_t at = SIZE_MAX;  // the entry f is the unit of
+  auto f = batch.end();
+  decode_diff_reply(reply, req, [&](std::size_t k, const piece_view& p) {
+    // Every unit of the request is in the batch (the request was built from it).
+    if (k != at) f = std::find_if(batch.begin(), batch.end(), [&](const fetch_unit& x) { return x.unit == req[3 * k]; });
+    at = k;
+    add_piece(*f, p);
+  });
+  return true;
+}
+
+namespace {
+// A reply normally takes 10-60 us (a round trip plus making the diffs of up to 16 units; a
+// readahead batch of up to 128 takes longer, and a nudge then only costs a spurious wake-up).
+constexpr double k_nudge_after_ns = 50'000;
+}  // namespace
+
+auto engine::fetch(std::vector<fetch_unit>& batch, bool need_copy, bool& copy_busy, const readahead& next)
+    -> std::vector<box_ptr> {
+  copy_busy = false;
+  // One request per writer for every unit of the batch that lacks its writes; units without a
+  // copy (all of the batch, or none) ask their home for the copies as well, in one request
+  // that also names the home's writes each lacks.
+  const auto home = static_cast<std::uint32_t>(home_of(batch.front().unit));
+  const request_map by_creator = plan_requests(batch, need_copy);
   std::vector<std::pair<std::uint32_t, box_ptr>> boxes;
-  for (auto& [creator, req] : by_creator) {
-    MDSM_ASSERT(static_cast<int>(creator) != rank_, "fetching from oneself");
+  for (const auto& [creator, req] : by_creator) {
     auto box = std::make_shared<reply_box>();
-    const std::uint32_t token = register_box(box);
-    const bool copy = need_copy && creator == home;
-    stats::add(copy ? stats::counter::page_requests : stats::counter::diff_requests);
-    net::byte_writer out;
-    out.put(static_cast<std::uint32_t>(req.size() / 3));
-    out.put_array<std::uint32_t>(req);
-    send_protocol(static_cast<int>(creator), copy ? op_copy_request : op_diff_request, token, out.bytes());
+    send_fetch_request(creator, need_copy && creator == home, req, box);
     boxes.emplace_back(creator, std::move(box));
   }
+  // The walk's next window is asked for right behind this batch: its writers make its diffs
+  // while we install this one, and the application computes on this one while it comes.
+  if (next.go) start_prefetch(next.from, next.count, need_copy, batch.front().wants, static_cast<int>(home));
   // All writers are asked at once; wait for every reply. A writer that has not answered within
   // k_nudge_after_ns may have left a wait just before our request came and compute now, its
   // progress thread parked: nudge it (net/doorbells.hpp).
@@ -119,9 +173,15 @@ auto engine::fetch(std::vector<fetch_unit>& batch, bool need_copy, bool& copy_bu
       const auto& w = *static_cast<const unanswered*>(ctx);
       char at[32];
       std::snprintf(at, sizeof at, "%p", w.address);
-      std::string out = std::string("address ") + at + "; no reply yet from rank(s)";
+      // (Appended piece by piece: GCC 12 warns wrongly (-Wrestrict) about operator+ here.)
+      std::string out = "address ";
+      out += at;
+      out += "; no reply yet from rank(s)";
       for (const auto& [creator, box] : w.boxes)
-        if (!box->ready.load(std::memory_order_acquire)) out += " " + std::to_string(creator);
+        if (!box->ready.load(std::memory_order_acquire)) {
+          out += ' ';
+          out += std::to_string(creator);
+        }
       return out;
     }
   } pending{boxes, region_.app_unit(batch.front().unit)};
@@ -146,37 +206,111 @@ auto engine::fetch(std::vector<fetch_unit>& batch, bool need_copy, bool& copy_bu
     return all;
   });
   std::vector<box_ptr> replies;
-  for (auto& entry : boxes) {
-    const std::uint32_t creator = entry.first;  // not a structured binding: the lambdas capture it
-    const box_ptr& box = entry.second;
-    const std::vector<std::uint32_t>& req = by_creator[creator];
-    // The reply's entries are in request order; the request was built from the batch in order.
-    auto add_piece = [&](std::vector<fetch_unit>::iterator f, const piece_view& p) {
-      f->pieces.push_back(fetch_unit::piece{creator, p.first, p.last, p.serial, p.bytes});
-    };
-    if (need_copy && creator == home) {
-      // Entry k is batch[k]: the copy request names every unit of the batch, in order.
-      const copy_reply_end end = decode_copy_reply(
-          box->data, req, region_.unit(), [&](std::size_t k, std::span<const std::byte> copy) { batch[k].copy = copy; },
-          [&](std::size_t k, const piece_view& p) { add_piece(batch.begin() + static_cast<std::ptrdiff_t>(k), p); });
-      if (end.copies == 0) {  // the faulting unit: not allocated at the home, or busy
-        copy_busy = end.status == k_copy_busy;
-        return {};
-      }
-      // A neighbour without a copy stays without one: its own fault asks again.
-    } else {
-      std::size_t at = SIZE_MAX;  // the entry f is the unit of
-      auto f = batch.end();
-      decode_diff_reply(box->data, req, [&](std::size_t k, const piece_view& p) {
-        // Every unit of the request is in the batch (the request was built from it).
-        if (k != at) f = std::find_if(batch.begin(), batch.end(), [&](const fetch_unit& x) { return x.unit == req[3 * k]; });
-        at = k;
-        add_piece(f, p);
-      });
-    }
+  for (const auto& [creator, box] : boxes) {
+    if (!take_fetch_reply(batch, need_copy, creator, by_creator.at(creator), box->data, copy_busy)) return {};
     replies.push_back(box);
   }
   return replies;
+}
+
+// A prefetch: the next window of a walk, asked for while the faulting thread still waits for the
+// current one (fetch). Nobody waits for it: the last reply installs it, in the handler context of
+// whichever thread delivers it (as a background collection's home validation), and a thread that
+// faults on one of its units meanwhile waits for it like for any unit another thread fetches.
+struct engine::prefetch_job {
+  std::vector<fetch_unit> batch;
+  bool need_copy = false;
+  request_map requests;
+  std::vector<std::pair<std::uint32_t, std::vector<std::byte>>> replies;  // (creator, reply)
+  std::size_t outstanding = 0;  // replies still to come (handler context: the progress lock orders them)
+  std::uint32_t freed_epoch = 0;  // freed_epoch_ when the units joined
+};
+
+void engine::start_prefetch(std::uint32_t from, std::uint32_t count, bool need_copy, const std::vector<wanted>& first,
+                            int home) {
+  if (!prefetch_) return;
+  if (prefetches_in_flight_.fetch_add(1, std::memory_order_acq_rel) >= k_prefetches_max) {
+    prefetches_in_flight_.fetch_sub(1, std::memory_order_acq_rel);
+    return;
+  }
+  auto job = std::make_shared<prefetch_job>();
+  job->need_copy = need_copy;
+  job->freed_epoch = freed_epoch_.load(std::memory_order_seq_cst);
+  for (std::uint32_t v = from; v < region_.units() && v - from < count; ++v) {
+    page_entry* pe = pages_.find(v);
+    if (pe == nullptr) break;
+    std::lock_guard lk(pages_.lock_of(v));
+    if (!join_batch_locked(v, *pe, need_copy, home, first, job->batch)) break;
+  }
+  if (job->batch.empty()) {
+    prefetches_in_flight_.fetch_sub(1, std::memory_order_acq_rel);
+    return;
+  }
+  batch_next_.store(from + static_cast<std::uint32_t>(job->batch.size()), std::memory_order_relaxed);
+  stats::add(stats::counter::prefetches);
+  stats::add(stats::counter::prefetch_units, job->batch.size());
+  job->requests = plan_requests(job->batch, need_copy);
+  job->outstanding = job->requests.size();
+  for (const auto& [creator, req] : job->requests) {
+    auto box = std::make_shared<reply_box>();
+    box->callback = [this, job, c = creator](std::span<const std::byte> payload, int) {
+      job->replies.emplace_back(c, std::vector<std::byte>(payload.begin(), payload.end()));
+      if (--job->outstanding == 0) finish_prefetch(*job);
+    };
+    send_fetch_request(creator, need_copy && creator == static_cast<std::uint32_t>(home), req, std::move(box));
+  }
+}
+
+void engine::prefetch_after(std::uint32_t u) {
+  if (!prefetch_) return;
+  const std::uint32_t next = batch_next_.load(std::memory_order_relaxed);
+  const std::uint32_t window = batch_window_.load(std::memory_order_relaxed);
+  if (u >= next || next - u > window || next >= region_.units()) return;
+  page_entry* pe = pages_.find(next);
+  if (pe == nullptr) return;
+  bool need_copy;
+  std::vector<wanted> first;
+  {
+    std::lock_guard lk(pages_.lock_of(next));
+    need_copy = pe->state == page_state::no_copy;
+    first = wanted_locked(next, *pe);
+  }
+  start_prefetch(next, window, need_copy, first, home_of(next));
+}
+
+void engine::finish_prefetch(prefetch_job& job) {
+  bool complete = true;
+  try {
+    bool busy = false;
+    for (const auto& [creator, reply] : job.replies)
+      complete = take_fetch_reply(job.batch, job.need_copy, creator, job.requests.at(creator), reply, busy) && complete;
+    if (complete) order_pieces(job.batch);
+  } catch (...) {  // a malformed reply: the units stay as they were (their faults ask again)
+    end_prefetch(job, false);
+    throw;
+  }
+  end_prefetch(job, complete);
+}
+
+void engine::end_prefetch(prefetch_job& job, bool install) {
+  {
+    protection_batch opened = protections();
+    for (fetch_unit& f : job.batch) {
+      opened.visit(f.unit, [&](page_entry& e) -> unit_protection {
+        e.end_fetch();
+        // Memory freed since the units joined (units_freed counts under no page lock, before it
+        // looks at any unit) gets nothing: the copy would be installed into a freed, perhaps
+        // reallocated unit.
+        if (!install || (job.need_copy && f.copy.empty()) ||
+            freed_epoch_.load(std::memory_order_seq_cst) != job.freed_epoch)
+          return {e.prot};
+        install_locked(f, e);
+        return {settle_locked(f.unit, e) ? os::prot::read : e.prot};
+      });
+    }
+  }
+  prefetches_in_flight_.fetch_sub(1, std::memory_order_acq_rel);
+  fetch_finished();  // a background collection may wait for these units
 }
 
 void engine::install_locked(fetch_unit& f, page_entry& pe) {

@@ -26,6 +26,7 @@ region_config region_config::from_env(region_config d) {
   d.unit_pages = detail::env_uint("MDSM_COHERENT_UNIT_PAGES", d.unit_pages);
   d.hot_intervals = static_cast<unsigned>(detail::env_uint("MDSM_HOT_UNIT_INTERVALS", d.hot_intervals));
   d.push_diffs = detail::env_uint("MDSM_PUSH_DIFFS", d.push_diffs ? 1 : 0) != 0;
+  d.prefetch = detail::env_uint("MDSM_PREFETCH", d.prefetch ? 1 : 0) != 0;
   d.background_gc = detail::env_uint("MDSM_BACKGROUND_GC", d.background_gc ? 1 : 0) != 0;
   if (d.hot_intervals > 255)
     detail::fail(MDSM_ERR_INVALID_ARGUMENT, "MDSM_HOT_UNIT_INTERVALS=", d.hot_intervals, " is above 255");

@@ -32,11 +32,14 @@ struct region_config {
   // Push the diffs of units a rank keeps re-reading along with our RELEASEs to it
   // (engine::encode_pushed_locked).
   bool push_diffs = true;
+  // Ask for the next window of a walk through another rank's units while the current one is
+  // fetched (engine::start_prefetch).
+  bool prefetch = true;
   // Collect garbage in the background, without a barrier, past 1.5x the threshold
   // (background_gc.cpp).
   bool background_gc = true;
   // MDSM_COHERENT_SIZE, _UNIT_PAGES, _ADDRESS, MDSM_HOT_UNIT_INTERVALS, MDSM_PUSH_DIFFS,
-  // MDSM_BACKGROUND_GC
+  // MDSM_PREFETCH, MDSM_BACKGROUND_GC
   static region_config from_env(region_config defaults);
 };
 

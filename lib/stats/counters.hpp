@@ -85,6 +85,8 @@ namespace mdsm::stats {
   X(diff_bytes_applied, count, "bytes of diffs applied")                                         \
   X(diff_requests, count, "diff requests sent")                                                  \
   X(page_requests, count, "whole-page requests sent")                                            \
+  X(prefetches, count, "of those requests' batches: windows of a walk asked for ahead (prefetch)") \
+  X(prefetch_units, count, "units asked for in prefetches")                                      \
   X(pushed_units_sent, count, "units whose diffs were pushed along with a RELEASE")              \
   X(pushed_bytes_sent, count, "bytes of diffs pushed along with RELEASEs")                       \
   X(pushed_units_applied, count, "pushed diffs applied at an acquire (a fault and fetch saved)") \

@@ -25,9 +25,15 @@ void engine::send_protocol(int dest, std::uint32_t op, std::uint32_t token, std:
   net::unthrottled_scope unthrottled;
   stats::add(stats::counter::protocol_msgs_sent);
   stats::add(stats::counter::protocol_bytes_sent, sizeof(net::frame_header) + payload.size());
-  transport_.send(dest, net::make_header(net::channel::coherence, op, rank_, 0, token), payload);
-  // A request: its reply is waited for, so wake the serving rank if it naps.
-  if (op == op_diff_request || op == op_copy_request || op == op_interval_request) transport_.bells().ring(dest);
+  const net::frame_header h = net::make_header(net::channel::coherence, op, rank_, 0, token);
+  if (op != op_diff_request && op != op_copy_request && op != op_interval_request) {
+    transport_.send(dest, h, payload);
+    return;
+  }
+  // A request: its reply is waited for. Sent without waiting inside MPI (send_request), and the
+  // serving rank woken if it naps.
+  transport_.send_request(dest, h, payload);
+  transport_.bells().ring(dest);
 }
 
 void engine::on_frame(void* ctx, const net::inbound_frame& f) {

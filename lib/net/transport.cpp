@@ -134,7 +134,7 @@ thread_local staging t_staging;
 }  // namespace
 
 void transport::send_staged(int dest, frame_header h, std::span<const std::byte> payload,
-                            std::span<const std::byte> more) {
+                            std::span<const std::byte> more, bool never_block) {
   const std::uint64_t len = sizeof(frame_header) + payload.size() + more.size();
   check_frame_size(len);
   // Before the staging buffer is touched: a wait for credits may run a handler that sends.
@@ -145,7 +145,7 @@ void transport::send_staged(int dest, frame_header h, std::span<const std::byte>
   std::memcpy(buffer, &h, sizeof h);
   if (!payload.empty()) std::memcpy(buffer + sizeof h, payload.data(), payload.size());
   if (!more.empty()) std::memcpy(buffer + sizeof h + payload.size(), more.data(), more.size());
-  post(len, dest, flags);
+  post(len, dest, flags, never_block);
 }
 
 void transport::send_frame(int dest, std::span<std::byte> frame) {
@@ -219,9 +219,9 @@ void transport::send_raw_for_test(int dest, std::span<const std::byte> bytes) {
 
 void transport::send_failed(int rc) { mpi_failed(rc, "MPI_Send"); }
 
-void transport::post(std::size_t len, int dest, std::uint8_t flags) {
+void transport::post(std::size_t len, int dest, std::uint8_t flags, bool never_block) {
   write_hop(t_staging.buffer.get(), dest, flags);
-  if (len <= k_eager_send_max) return send_eager(t_staging.buffer.get(), len, dest);
+  if (len <= k_eager_send_max && !never_block) return send_eager(t_staging.buffer.get(), len, dest);
   stats::add(stats::counter::frames_sent);
   stats::add(stats::counter::frame_bytes_sent, len);
   if (len <= inline_max_) {

@@ -168,6 +168,17 @@ class transport {
     send_eager(frame, sizeof h + n, dest, counts);
   }
 
+  // send() for a frame whose sender then waits for an answer (a coherence request): never waits
+  // inside MPI. MPI_Send of a small frame can: when vader's fast box to dest is full it waits for
+  // dest to take fragments in, spinning in MPI's progress without yielding the core, while dest's
+  // application computes and its progress thread naps (matmul's requests spent ~0.25-0.5 ms each
+  // so). Here the frame goes with MPI_Isend and, if MPI cannot take it at once, travels in the
+  // in-flight list; the sender goes on to its own wait, which yields.
+  void send_request(int dest, const frame_header& h, std::span<const std::byte> payload) {
+    MDSM_ASSERT(dest >= 0 && dest < size_, "send to a rank out of range");
+    send_staged(dest, h, payload, {}, true);
+  }
+
   // Sends header + `head` + `body` as one frame, assembled straight in the staging buffer (a
   // request's fields and the bytes it carries, copied once). Otherwise as send().
   void send_parts(int dest, const frame_header& h, std::span<const std::byte> head, std::span<const std::byte> body) {
@@ -253,11 +264,12 @@ class transport {
   static constexpr std::size_t k_spares = 4;
   // send() for a payload too large for the stack: assembled in the staging buffer, then post().
   // The payload is `payload` followed by `more`.
-  void send_staged(int dest, frame_header h, std::span<const std::byte> payload,
-                   std::span<const std::byte> more = {});
+  // `never_block`: never MPI_Send (send_request).
+  void send_staged(int dest, frame_header h, std::span<const std::byte> payload, std::span<const std::byte> more = {},
+                   bool never_block = false);
   // Sends the frame of `len` bytes in this thread's staging buffer (see transport.cpp); its
   // credits are claimed and its per-hop fields written. `flags`: claim's result.
-  void post(std::size_t len, int dest, std::uint8_t flags);
+  void post(std::size_t len, int dest, std::uint8_t flags, bool never_block = false);
   void isend_staged(std::size_t len, int dest, int tag);
   // Returns the buffer if the send completed at once (free for reuse), nullptr if it travels
   // with the request on the in-flight list.

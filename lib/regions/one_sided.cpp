@@ -1,9 +1,12 @@
 #include "regions/one_sided.hpp"
 
+#include "regions/one_sided_wire.hpp"
+
 #include "common/check.hpp"
 #include "common/deferred.hpp"
 #include "common/env.hpp"
 #include "common/wait_subject.hpp"
+#include "stats/counters.hpp"
 
 #include <algorithm>
 #include <array>
@@ -182,6 +185,8 @@ one_sided::op_ptr one_sided::get(void* dst, int rank, const void* src, std::size
   check_remote(src, n, "get");
   check_local(dst, n, "get");
   op_ptr op = start("get", rank, n);
+  stats::add(stats::counter::nc_gets);
+  stats::add(stats::counter::nc_get_bytes, n);
   if (n == 0) return op;
   if (rank == rank_) {
     std::memmove(dst, src, n);
@@ -202,6 +207,7 @@ one_sided::op_ptr one_sided::get(void* dst, int rank, const void* src, std::size
       detail::fail(MDSM_ERR_MPI, "get: MPI_Irecv for its bytes failed");
     }
     add_body(op);
+    stats::add(stats::counter::nc_bodies);
     const auto fields = words(addr_of(src), n, op->tag);
     send(rank, op_get_body, 0, std::as_bytes(std::span(fields)));
     transport_.bells().ring(rank);
@@ -220,6 +226,8 @@ one_sided::op_ptr one_sided::put(int rank, void* dst, const void* src, std::size
   check_remote(dst, n, "put");
   check_local(src, n, "put");
   op_ptr op = start("put", rank, n);
+  stats::add(stats::counter::nc_puts);
+  stats::add(stats::counter::nc_put_bytes, n);
   if (n == 0) return op;
   if (rank == rank_) {
     std::memmove(dst, src, n);
@@ -237,6 +245,7 @@ one_sided::op_ptr one_sided::put(int rank, void* dst, const void* src, std::size
       detail::fail(MDSM_ERR_MPI, "put: MPI_Isend of its bytes failed");
     }
     add_body(op);
+    stats::add(stats::counter::nc_bodies);
     const auto fields = words(addr_of(dst), n, op->tag);
     send(rank, op_put_body, token, std::as_bytes(std::span(fields)));
     transport_.bells().ring(rank);
@@ -263,6 +272,7 @@ one_sided::op_ptr one_sided::atomic(std::uint32_t code, const char* what, int ra
     detail::fail(MDSM_ERR_INVALID_ARGUMENT, what, ": the word at ", static_cast<const void*>(word),
                  " is not 8-byte aligned (atomics work on aligned 64-bit words)");
   op_ptr op = start(what, rank, sizeof *word);
+  stats::add(stats::counter::nc_atomics);
   if (rank == rank_) {
     std::atomic_ref<std::uint64_t> w(*word);
     if (code == op_fetch_add) {
@@ -382,11 +392,14 @@ void one_sided::on_frame(void* ctx, const net::inbound_frame& f) {
   }
 }
 
+namespace {
+wire::bounds bounds_of(const noncoherent_region& r) {
+  return {static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(r.base())), r.size()};
+}
+}  // namespace
+
 void one_sided::serve_get(const net::inbound_frame& f) {
-  net::byte_reader in(f.payload());
-  const auto addr = in.get<std::uint64_t>(), len = in.get<std::uint64_t>();
-  in.expect_done();
-  if (!region_.contains(ptr_of(addr), len) || len == 0) net::byte_reader::malformed("get outside the non-coherent region");
+  const auto [addr, len] = wire::decode_get(f.payload(), bounds_of(region_));
   if (f.header.token == 0) net::byte_reader::malformed("get without a token");
   // Handler sends never wait for credits (net/flow.hpp): the replies go out at once.
   for (std::uint64_t off = 0; off < len; off += k_chunk_bytes) {
@@ -396,21 +409,13 @@ void one_sided::serve_get(const net::inbound_frame& f) {
 }
 
 void one_sided::serve_put(const net::inbound_frame& f) {
-  net::byte_reader in(f.payload());
-  const auto addr = in.get<std::uint64_t>();
-  const auto bytes = in.get_bytes(in.remaining());
-  if (!region_.contains(ptr_of(addr), bytes.size())) net::byte_reader::malformed("put outside the non-coherent region");
+  const auto [addr, bytes] = wire::decode_put(f.payload(), bounds_of(region_));
   if (!bytes.empty()) std::memcpy(ptr_of(addr), bytes.data(), bytes.size());
   if (f.header.token != 0) send(f.source, op_put_ack, f.header.token, {});
 }
 
 void one_sided::serve_atomic(const net::inbound_frame& f) {
-  net::byte_reader in(f.payload());
-  const auto addr = in.get<std::uint64_t>(), a = in.get<std::uint64_t>();
-  const auto b = f.header.handler == op_compare_swap ? in.get<std::uint64_t>() : 0;
-  in.expect_done();
-  if (!region_.contains(ptr_of(addr), sizeof(std::uint64_t)) || addr % alignof(std::uint64_t) != 0)
-    net::byte_reader::malformed("atomic on a word outside the non-coherent region or misaligned");
+  const auto [addr, a, b] = wire::decode_atomic(f.payload(), f.header.handler == op_compare_swap, bounds_of(region_));
   if (f.header.token == 0) net::byte_reader::malformed("atomic without a token");
   std::atomic_ref<std::uint64_t> w(*reinterpret_cast<std::uint64_t*>(ptr_of(addr)));
   std::uint64_t old;
@@ -424,9 +429,7 @@ void one_sided::serve_atomic(const net::inbound_frame& f) {
 }
 
 void one_sided::serve_free(const net::inbound_frame& f) {
-  net::byte_reader in(f.payload());
-  const auto addr = in.get<std::uint64_t>();
-  in.expect_done();
+  const std::uint64_t addr = wire::decode_free(f.payload());
   if (f.header.token == 0) net::byte_reader::malformed("free without a token");
   std::string why;
   const std::int32_t status = region_.free_own(static_cast<std::uintptr_t>(addr), why);
@@ -434,25 +437,13 @@ void one_sided::serve_free(const net::inbound_frame& f) {
 }
 
 namespace {
-struct body_fields {
-  std::uint64_t addr, len;
-  int tag;
-};
-body_fields read_body_fields(const net::inbound_frame& f, const noncoherent_region& region) {
-  net::byte_reader in(f.payload());
-  body_fields b{in.get<std::uint64_t>(), in.get<std::uint64_t>(), 0};
-  const auto tag = in.get<std::uint64_t>();
-  in.expect_done();
-  if (b.len == 0 || b.len > one_sided::k_body_max || !region.contains(ptr_of(b.addr), b.len))
-    net::byte_reader::malformed("a body outside the non-coherent region");
-  if (tag >= static_cast<std::uint64_t>(one_sided::k_tags)) net::byte_reader::malformed("a body tag out of range");
-  b.tag = static_cast<int>(tag);
-  return b;
+wire::body_request read_body_fields(const net::inbound_frame& f, const noncoherent_region& region) {
+  return wire::decode_body(f.payload(), bounds_of(region), one_sided::k_body_max, one_sided::k_tags);
 }
 }  // namespace
 
 void one_sided::serve_put_body(const net::inbound_frame& f) {
-  const body_fields b = read_body_fields(f, region_);
+  const wire::body_request b = read_body_fields(f, region_);
   if (f.header.token == 0) net::byte_reader::malformed("put without a token");
   // The origin posted the body before this frame: the receive does not wait for its application.
   MPI_Status st;
@@ -463,7 +454,7 @@ void one_sided::serve_put_body(const net::inbound_frame& f) {
 }
 
 void one_sided::serve_get_body(const net::inbound_frame& f) {
-  const body_fields b = read_body_fields(f, region_);
+  const wire::body_request b = read_body_fields(f, region_);
   MPI_Request r;
   if (PMPI_Isend(ptr_of(b.addr), static_cast<int>(b.len), MPI_BYTE, f.source, b.tag, body_comm_, &r) != MPI_SUCCESS)
     detail::fail(MDSM_ERR_MPI, "get: MPI_Isend of the bytes to rank ", f.source, " failed");
@@ -476,9 +467,7 @@ void one_sided::serve_get_body(const net::inbound_frame& f) {
 }
 
 void one_sided::take_get_reply(const net::inbound_frame& f) {
-  net::byte_reader in(f.payload());
-  const auto off = in.get<std::uint64_t>();
-  const auto bytes = in.get_bytes(in.remaining());
+  const auto [off, bytes] = wire::decode_get_reply(f.payload());
   const op_ptr op = find(f.header.token);
   if (op->dst == nullptr || f.source != op->target || off > op->bytes || bytes.size() > op->bytes - off ||
       op->remaining.load(std::memory_order_relaxed) == 0)
@@ -490,20 +479,16 @@ void one_sided::take_get_reply(const net::inbound_frame& f) {
 }
 
 void one_sided::take_reply(const net::inbound_frame& f) {
-  net::byte_reader in(f.payload());
   const op_ptr op = find(f.header.token);
   if (f.source != op->target || op->dst != nullptr) net::byte_reader::malformed("reply that does not fit its request");
   if (f.header.handler == op_atomic_reply) {
-    op->value = in.get<std::uint64_t>();
-    in.expect_done();
+    op->value = wire::decode_atomic_reply(f.payload());
   } else if (f.header.handler == op_free_reply) {
-    const auto status = in.get<std::int32_t>();
-    if (status < MDSM_SUCCESS || status > MDSM_ERR_INVALID_HANDLE) net::byte_reader::malformed("unknown status");
+    const auto [status, why] = wire::decode_free_reply(f.payload());
     op->value = static_cast<std::uint64_t>(status);
-    const auto why = in.get_bytes(in.remaining());
     op->staged.assign(why.begin(), why.end());
   } else {
-    in.expect_done();
+    wire::decode_put_ack(f.payload());
   }
   forget(f.header.token);
   op->remaining.fetch_sub(1, std::memory_order_release);  // a put with a body also waits for it

@@ -91,6 +91,12 @@ namespace mdsm::stats {
   X(pushed_bytes_sent, count, "bytes of diffs pushed along with RELEASEs")                       \
   X(pushed_units_applied, count, "pushed diffs applied at an acquire (a fault and fetch saved)") \
   X(pushed_units_unused, count, "pushed diffs not applicable (the copy lacked more)")           \
+  X(nc_gets, count, "non-coherent region gets issued (local ones included)")                      \
+  X(nc_get_bytes, count, "bytes those gets read")                                               \
+  X(nc_puts, count, "non-coherent region puts issued (local ones included)")                      \
+  X(nc_put_bytes, count, "bytes those puts wrote")                                              \
+  X(nc_atomics, count, "non-coherent fetch_add and compare_swap issued")                          \
+  X(nc_bodies, count, "of the remote gets and puts: bytes moved as one MPI message")             \
   X(gc_runs, count, "garbage collections")                                                       \
   X(gc_background_runs, count, "of gc_runs: collections without a barrier, in the background")  \
   X(gc_freed_bytes, count, "consistency metadata bytes freed by garbage collection")             \

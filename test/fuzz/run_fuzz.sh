@@ -15,7 +15,7 @@ build=${1:?build dir}
 seconds=${2:?seconds per target}
 src=$(cd "$(dirname "$0")" && pwd)
 work=${3:-$build/fuzz-work}
-targets=(frame cinfo protocol diff)
+targets=(frame cinfo protocol diff noncoherent)
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1:symbolize=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}
 total=0

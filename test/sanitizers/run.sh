@@ -66,7 +66,7 @@ echo "skips: 'mpi 4 ranks', 'demo 3/4 ranks' (4 sanitized ranks on 2 cores cost 
 echo "       over 3), 'statistics output' (reruns the demo 3 times), 'cluster' (network namespaces: the normal"
 echo "       suite runs it), the applications and benchmarks (not built: -Dapps=false -Dbenchmarks=false)"
 ASAN_OPTIONS="$asan_common:detect_leaks=0" meson test -C "$asan" --no-rebuild --num-processes 1 --print-errorlogs "${mpi_tests[@]}"
-fuzz_replays=("fuzz inputs (frame)" "fuzz inputs (cinfo)" "fuzz inputs (protocol)" "fuzz inputs (diff)")
+fuzz_replays=("fuzz inputs (frame)" "fuzz inputs (cinfo)" "fuzz inputs (protocol)" "fuzz inputs (diff)" "fuzz inputs (noncoherent)")
 echo "runs, with leak detection: ${fuzz_replays[*]}"
 ASAN_OPTIONS="$asan_common:detect_leaks=1" meson test -C "$asan" --no-rebuild --num-processes 1 --print-errorlogs "${fuzz_replays[@]}"
 

@@ -11,6 +11,7 @@
 
 #include <mdsm/error.hpp>
 
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <span>
@@ -34,6 +35,14 @@ void expect_valid_or_malformed(F&& f) {
       std::abort();
     }
   }
+}
+
+// The entry point of a target whose input is one selector byte (an operation) and a payload.
+template <class Decode>
+int selector_and_payload(const std::uint8_t* data, std::size_t size, Decode&& decode) {
+  if (size == 0) return 0;
+  expect_valid_or_malformed([&] { decode(data[0], bytes_of(data + 1, size - 1)); });
+  return 0;
 }
 
 // A finding that is not a crash: the decoder accepted something it must not have.

@@ -77,7 +77,5 @@ void decode(std::uint8_t op, std::span<const std::byte> payload) {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
-  if (size == 0) return 0;
-  fuzz::expect_valid_or_malformed([&] { decode(data[0], fuzz::bytes_of(data + 1, size - 1)); });
-  return 0;
+  return fuzz::selector_and_payload(data, size, decode);
 }

@@ -22,6 +22,7 @@
 #include <mdsm/mdsm.hpp>
 #include <mdsm/parmacs.h>
 
+#include <dlfcn.h>
 #include <mpi.h>
 #include <sys/time.h>
 
@@ -318,6 +319,15 @@ void mdsm_parmacs_init(size_t shared_bytes, const char* text, const char* file, 
   if (mdsm::api::in_main_executable(&in_library))
     fail(what, "mdsm is linked statically into the program; the PARMACS macros copy the main process's globals "
                "to the processes it CREATEs and need mdsm, MPI and the C library as shared libraries");
+  // Likewise a sanitizer runtime linked into the program (clang's default for -fsanitize): its
+  // state is among the globals CREATE copies from rank 0, and the copy breaks it.
+  for (const char* init : {"__asan_init", "__tsan_init", "__msan_init", "__hwasan_init"})
+    if (const void* p = dlsym(RTLD_DEFAULT, init); p != nullptr && mdsm::api::in_main_executable(p))
+      fail(what, std::string("a sanitizer runtime (") + init +
+                     ") is linked into the program; the PARMACS macros copy the main process's globals to the "
+                     "processes it CREATEs, which would overwrite the runtime's own state. Build without the "
+                     "sanitizer, or with one whose runtime is a shared library (gcc's -fsanitize, or clang's "
+                     "-shared-libsan)");
   auto* r = new runtime;
   g_pm = r;
   guarded(what, [&] {

@@ -54,12 +54,17 @@ incdir=$(pkg-config --variable=includedir mdsm)
 m4 -s "$incdir/mdsm/parmacs.m4" "$src/examples/parmacs/radix.C" >radix.c
 "${cc[@]}" "${sanitize[@]}" -std=c11 -Wall -Wextra -Werror -c -o radix.o radix.c $(pkg-config --cflags mdsm)
 "${cxx[@]}" "${sanitize[@]}" -o radix radix.o $(pkg-config --libs mdsm)
-# Not run under a sanitizer: clang links its runtime into the executable, so the runtime's state
-# is among the globals CREATE copies from rank 0 (as with a static libmdsm), and the copy breaks it.
-if [[ ${#sanitize[@]} -eq 0 ]]; then
-  out=$("$src/tools/mdsmrun" -n 2 ./radix -p2 -n4096)
+# Under a sanitizer whose runtime the compiler links into the executable (clang's default) the
+# runtime's state is among the globals CREATE copies from rank 0: MAIN_INITENV refuses the program
+# with a reason (as for a static libmdsm). With a shared runtime (gcc) it runs.
+out=$("$src/tools/mdsmrun" -n 2 ./radix -p2 -n4096 2>&1) || true
+if grep -q "^check: matches qsort" <<<"$out"; then
   echo "$out" | grep "^check:"
-  grep -q "^check: matches qsort" <<<"$out" || { echo "the PARMACS program did not sort" >&2; exit 1; }
+elif ((${#sanitize[@]})) && grep -q "a sanitizer runtime (__.san_init) is linked into the program" <<<"$out"; then
+  echo "the PARMACS program was refused under the sanitizer, with its reason"
+else
+  echo "the PARMACS program did not sort: $out" >&2
+  exit 1
 fi
 "${cxx[@]}" "${sanitize[@]}" -o radix_static radix.o "$libdir/libmdsm.a" $(pkg-config --libs ompi-c hwloc) -lpthread
 if out=$("$src/tools/mdsmrun" -n 1 ./radix_static 2>&1); then

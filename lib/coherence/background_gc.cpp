@@ -309,6 +309,7 @@ void engine::gc_free(std::uint32_t epoch, const vector_time& g) {
 }
 
 void engine::begin_blocking_gc() {
+  no_prefetch_.fetch_add(1, std::memory_order_seq_cst);  // start_prefetch
   std::lock_guard lk(bg_.mu);
   bg_.blocking = true;
 }
@@ -320,6 +321,7 @@ void engine::end_blocking_gc() noexcept {
     bg_.blocking = false;
     todo.swap(bg_.deferred);
   }
+  no_prefetch_.fetch_sub(1, std::memory_order_seq_cst);
   try {
     for (auto& step : todo) {
       if (step.op == op_gc_cut) gc_cut(step.epoch, step.vt);

@@ -347,6 +347,8 @@ class engine {
   std::atomic<std::uint32_t> batch_next_{~0u};
   std::atomic<std::uint32_t> batch_window_{16};
   std::atomic<unsigned> prefetches_in_flight_{0};  // at most k_prefetches_max (start_prefetch)
+  // Nonzero while a blocking collection runs: no prefetch starts (start_prefetch says why).
+  std::atomic<unsigned> no_prefetch_{0};
   // Counts units_freed calls (bumped before it looks at any unit): a prefetch that started
   // before a free installs nothing (end_prefetch).
   std::atomic<std::uint32_t> freed_epoch_{0};

@@ -228,7 +228,15 @@ struct engine::prefetch_job {
 
 void engine::start_prefetch(std::uint32_t from, std::uint32_t count, bool need_copy, const std::vector<wanted>& first,
                             int home) {
-  if (!prefetch_) return;
+  // Not while a collection runs. A blocking one has every home validate its units before the
+  // barrier after which the writers free their diffs up to the cut (gc.cpp, steps 2-4): a
+  // window asked for ahead by such a validation would still be in flight at the barrier, could
+  // reach a writer after it freed those diffs, and then be installed as complete without them
+  // (litmus 47 caught a home copy left at zero so). A background one likewise counts only the
+  // fetches in flight at its cut. Windows already in flight when a collection starts are
+  // `fetching` units, which both wait for.
+  if (!prefetch_ || no_prefetch_.load(std::memory_order_seq_cst) != 0 || bg_active_.load(std::memory_order_acquire))
+    return;
   if (prefetches_in_flight_.fetch_add(1, std::memory_order_acq_rel) >= k_prefetches_max) {
     prefetches_in_flight_.fetch_sub(1, std::memory_order_acq_rel);
     return;

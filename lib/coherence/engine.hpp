@@ -209,8 +209,7 @@ class engine {
   };
   // The window a walk is likely to read next, to ask for along with a fetch (start_prefetch).
   struct readahead {
-    bool go = false;
-    std::uint32_t from = 0, count = 0;
+    std::uint32_t from = 0, count = 0;  // count 0: none
   };
   // If unit v can be fetched in the same messages as the batch (page lock held), marks it
   // fetching, appends it and returns true: with need_copy, a unit without a copy whose home is
@@ -243,6 +242,9 @@ class engine {
   // in the window before batch_next_ (the walk caught up with what it asked for ahead), asks for
   // the window after it now.
   void prefetch_after(std::uint32_t u);
+  // Whether a prefetch may start now: on, no collection running, fewer than k_prefetches_max in
+  // flight (start_prefetch says why collections exclude it).
+  bool prefetch_allowed() const noexcept;
   void start_prefetch(std::uint32_t from, std::uint32_t count, bool need_copy, const std::vector<wanted>& first,
                       int home);
   void finish_prefetch(prefetch_job& job);

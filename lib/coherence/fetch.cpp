@@ -70,7 +70,7 @@ auto engine::gather_neighbours(std::vector<fetch_unit>& batch, bool need_copy) -
   const auto next = u + static_cast<std::uint32_t>(batch.size());
   batch_next_.store(next, std::memory_order_relaxed);
   // A walk that filled its window goes on: the next window is asked for as well (start_prefetch).
-  if (walking && batch.size() == window) return readahead{true, next, window};
+  if (walking && batch.size() == window) return readahead{next, window};
   return {};
 }
 
@@ -159,7 +159,7 @@ auto engine::fetch(std::vector<fetch_unit>& batch, bool need_copy, bool& copy_bu
   }
   // The walk's next window is asked for right behind this batch: its writers make its diffs
   // while we install this one, and the application computes on this one while it comes.
-  if (next.go) start_prefetch(next.from, next.count, need_copy, batch.front().wants, static_cast<int>(home));
+  if (next.count != 0) start_prefetch(next.from, next.count, need_copy, batch.front().wants, static_cast<int>(home));
   // All writers are asked at once; wait for every reply. A writer that has not answered within
   // k_nudge_after_ns may have left a wait just before our request came and compute now, its
   // progress thread parked: nudge it (net/doorbells.hpp).
@@ -235,8 +235,7 @@ void engine::start_prefetch(std::uint32_t from, std::uint32_t count, bool need_c
   // (litmus 47 caught a home copy left at zero so). A background one likewise counts only the
   // fetches in flight at its cut. Windows already in flight when a collection starts are
   // `fetching` units, which both wait for.
-  if (!prefetch_ || no_prefetch_.load(std::memory_order_seq_cst) != 0 || bg_active_.load(std::memory_order_acquire))
-    return;
+  if (!prefetch_allowed()) return;
   if (prefetches_in_flight_.fetch_add(1, std::memory_order_acq_rel) >= k_prefetches_max) {
     prefetches_in_flight_.fetch_sub(1, std::memory_order_acq_rel);
     return;
@@ -269,8 +268,15 @@ void engine::start_prefetch(std::uint32_t from, std::uint32_t count, bool need_c
   }
 }
 
+bool engine::prefetch_allowed() const noexcept {
+  return prefetch_ && no_prefetch_.load(std::memory_order_seq_cst) == 0 && !bg_active_.load(std::memory_order_acquire) &&
+         prefetches_in_flight_.load(std::memory_order_relaxed) < k_prefetches_max;
+}
+
 void engine::prefetch_after(std::uint32_t u) {
-  if (!prefetch_) return;
+  // Checked first: this runs whenever a thread waits for a unit being fetched, and the look at
+  // the next unit below takes its page lock.
+  if (!prefetch_allowed()) return;
   const std::uint32_t next = batch_next_.load(std::memory_order_relaxed);
   const std::uint32_t window = batch_window_.load(std::memory_order_relaxed);
   if (u >= next || next - u > window || next >= region_.units()) return;

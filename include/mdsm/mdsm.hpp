@@ -280,10 +280,14 @@ void resume_progress_thread();
 // ---- the coherent region -----------------------------------------------------------------------
 
 // Allocates `bytes` of coherent memory. Non-collective: any rank may call it; the address is
-// unique in the job and means the same object on every rank (send it in a message).
-// Throws MDSM_ERR_OUT_OF_MEMORY when this rank's arena has no room left.
+// unique in the job and means the same object on every rank (send it in a message). Each rank
+// allocates from a small arena of its own, which grows into a pool shared by the ranks (three
+// quarters of the region) when an allocation does not fit: one rank may allocate most of the
+// region. Growing costs a round trip to rank 0 and one message to every rank, rarely (claims
+// grow with what the rank has claimed). Throws MDSM_ERR_OUT_OF_MEMORY when neither has room.
 void* alloc(std::size_t bytes);
-// Collective: every rank calls it with the same size and gets the same address.
+// Collective: every rank calls it with the same size and gets the same address. Its arena (an
+// eighth of the region) grows into the same pool.
 void* alloc_collective(std::size_t bytes);
 // Frees memory from alloc() (any rank may free it; the owner's arena gets it back).
 void free(void* p);

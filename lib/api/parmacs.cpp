@@ -267,12 +267,13 @@ void at_exit(int status, void*) {
   finish_mpi(r);
 }
 
-// The region size for MAIN_INITENV(, bytes): rank 0's arena must hold `bytes`. Half of the region
-// is the collective arena, the other half is split evenly between the ranks (region_map.hpp).
-std::size_t region_for(std::size_t bytes, int ranks) {
+// The region size for MAIN_INITENV(, bytes): rank 0 must be able to allocate `bytes`. Its
+// allocations grow into the pool, three quarters of the region (region_map.hpp), whatever the
+// number of ranks.
+std::size_t region_for(std::size_t bytes) {
   constexpr std::size_t k_default = std::size_t{1} << 30, k_slack = std::size_t{16} << 20;
   if (bytes == 0) return 0;
-  const std::size_t need = 2 * static_cast<std::size_t>(ranks) * (bytes + bytes / 8 + k_slack);
+  const std::size_t need = (bytes + bytes / 8 + k_slack) / 3 * 4;
   const std::size_t mib = std::size_t{1} << 20;
   return std::max(k_default, (need + mib - 1) / mib * mib);
 }
@@ -343,7 +344,7 @@ void mdsm_parmacs_init(size_t shared_bytes, const char* text, const char* file, 
     MPI_Comm_size(MPI_COMM_WORLD, &r->size);
     r->image = mdsm::api::program_image::of_this_process();
     mdsm::options opts;
-    opts.coherent_size = region_for(shared_bytes, r->size);
+    opts.coherent_size = region_for(shared_bytes);
     mdsm::init(MPI_COMM_WORLD, opts);
     r->create_h = mdsm::register_handler("mdsm.parmacs.create", on_create);
     r->done_h = mdsm::register_handler("mdsm.parmacs.done", on_done);

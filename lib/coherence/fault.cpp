@@ -265,7 +265,15 @@ bool engine::validate(std::uint32_t u, access how) {
   for (;;) {
     std::unique_lock lk(pages_.lock_of(u));
     page_entry& pe = pages_.at(u);
-    if (pe.state == page_state::unallocated) return false;
+    if (pe.state == page_state::unallocated) {
+      // An entry made while its pool chunk was unclaimed (a readahead looked past the end of a
+      // run, say) says unallocated; once another rank has claimed the chunk its units are that
+      // rank's, like its arena's: no copy here yet. (Before the claim no pointer into it
+      // existed, so nothing was missed.)
+      const int owner = region_.arena_owner(u);
+      if (owner < 0 || owner == rank_) return false;
+      set_state_locked(u, pe, page_state::no_copy);
+    }
     if (pe.state == page_state::valid) {
       // A fault on a readable valid unit can only be a write.
       const bool write = how == access::write || (how == access::unknown && pe.prot == os::prot::read);
@@ -424,7 +432,8 @@ bool engine::on_fault(const os::fault_info& f) {
   if (ok) return true;
   const int owner = region_.arena_owner(u);
   char where[64];
-  if (owner < 0) std::snprintf(where, sizeof where, "the collective arena");
+  if (owner == region_map::k_collective) std::snprintf(where, sizeof where, "the collective arena");
+  else if (owner == region_map::k_unclaimed) std::snprintf(where, sizeof where, "a part of the pool no rank claimed");
   else std::snprintf(where, sizeof where, "rank %d's arena", owner);
   std::snprintf(text, sizeof text,
                 "mdsm: rank %d accessed unallocated coherent memory at %p (unit %u, in %s): nothing is allocated "

@@ -59,14 +59,24 @@ region_map::region_map(MPI_Comm comm, const region_config& cfg) {
       detail::fail(MDSM_ERR_INVALID_ARGUMENT, "a coherent region of ", cfg.size,
                    " bytes is beyond the address space mdsm can reserve (at most ", k_max_size,
                    " bytes); set a smaller MDSM_COHERENT_SIZE");
-    // Whole units, and room for a collective arena plus one arena per rank of at least one unit.
+    // Whole units, and room for a collective arena, one arena per rank and a pool of at least
+    // one unit each.
     std::size_t units = (cfg.size + unit_ - 1) / unit_;
-    units = std::max<std::size_t>(units, 2 * static_cast<std::size_t>(ranks_));
+    units = std::max<std::size_t>(units, 2 * static_cast<std::size_t>(ranks_) + 2);
     if (units > UINT32_MAX) detail::fail(MDSM_ERR_INVALID_ARGUMENT, "too many coherence units; use a larger unit");
     units_ = static_cast<std::uint32_t>(units);
     size_ = std::size_t{units_} * unit_;
-    collective_units_ = units_ / 2;
-    arena_units_ = (units_ - collective_units_) / static_cast<std::uint32_t>(ranks_);
+    const auto ranks = static_cast<std::uint32_t>(ranks_);
+    collective_units_ = std::max<std::uint32_t>(1, units_ / 8);
+    arena_units_ = std::max<std::uint32_t>(1, units_ / 8 / ranks);
+    pool_begin_ = collective_units_ + ranks * arena_units_;
+    // About k_chunks chunks: claims are rare (a claim costs a round trip per rank), and a
+    // chunk is small next to the pool, so a rank that claims one wastes little of it.
+    constexpr std::uint32_t k_chunks = 4096;
+    chunk_units_ = std::max<std::uint32_t>(1, (units_ - pool_begin_ + k_chunks - 1) / k_chunks);
+    const std::uint32_t chunks = (units_ - pool_begin_ + chunk_units_ - 1) / chunk_units_;
+    chunk_owner_ = std::make_unique<std::atomic<int>[]>(chunks);
+    for (std::uint32_t c = 0; c < chunks; ++c) chunk_owner_[c].store(k_unclaimed, std::memory_order_relaxed);
   } catch (const error& e) {
     problem = e;
   }
@@ -103,6 +113,11 @@ region_map::region_map(MPI_Comm comm, const region_config& cfg) {
   app_ = at.base;
   lib_ = static_cast<std::byte*>(os::map_anywhere(size_, fd_));
   placement_ = std::move(at.description);
+}
+
+void region_map::set_chunk_owner(std::uint32_t first, std::uint32_t count, int owner) noexcept {
+  for (std::uint32_t c = (first - pool_begin_) / chunk_units_; c <= (first + count - 1 - pool_begin_) / chunk_units_; ++c)
+    chunk_owner_[c].store(owner, std::memory_order_release);
 }
 
 region_map::~region_map() {

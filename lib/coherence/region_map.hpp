@@ -5,17 +5,29 @@
 // candidate address, all ranks try another one). Its memory is reserved, not committed.
 //
 // Layout, in coherence units (a unit is `unit_pages` OS pages):
-//   [0, collective_units)                      the collective arena: every rank allocates the
-//                                              same objects at the same addresses
-//   then one arena of arena_units per rank     non-collective allocations by that rank
+//   [0, collective_units)                      the collective arena (an eighth of the region):
+//                                              every rank allocates the same objects at the
+//                                              same addresses
+//   then one arena of arena_units per rank     non-collective allocations by that rank (together
+//                                              an eighth of the region)
+//   then the pool, the rest, in chunks         runs of chunks claimed on demand, for one rank's
+//                                              non-collective allocations or for the collective
+//                                              arena, once the fixed arenas are full; never
+//                                              given back (regions/coherent_allocator.cpp)
+// So one rank may allocate most of the region (a main process that allocates everything), and
+// so may the collective allocations; the fixed arenas keep small programs off the pool.
+// The owner of a claimed chunk is in the chunk directory, which every rank has recorded before
+// the claim's address is returned (so before any rank can hold a pointer into it).
 // Default home of a unit (who keeps an authoritative copy after garbage collection, and who
-// serves whole-unit fetches): the arena owner, or unit % ranks in the collective arena. The
-// engine gives the units of a collective allocation blocks of it instead (engine::home_of).
+// serves whole-unit fetches): the arena or chunk owner, or unit % ranks for collective units.
+// The engine gives the units of a collective allocation blocks of it instead (engine::home_of).
 #pragma once
 
 #include <mpi.h>
 
+#include <atomic>
 #include <cstddef>
+#include <memory>
 #include <cstdint>
 #include <string>
 
@@ -76,14 +88,27 @@ class region_map {
   std::uint32_t arena_begin(int rank) const noexcept {
     return collective_units_ + static_cast<std::uint32_t>(rank) * arena_units_;
   }
-  // Owner of the arena holding unit u, or -1 in the collective arena.
+  std::uint32_t pool_begin() const noexcept { return pool_begin_; }
+  std::uint32_t pool_units() const noexcept { return units_ - pool_begin_; }
+  std::uint32_t chunk_units() const noexcept { return chunk_units_; }
+
+  // arena_owner's answers besides a rank.
+  static constexpr int k_collective = -1;  // the collective arena, or a chunk claimed for it
+  static constexpr int k_unclaimed = -2;   // a pool chunk nobody has claimed (as far as we know)
+
+  // Owner of the arena or pool chunk holding unit u: a rank, k_collective or k_unclaimed.
   int arena_owner(std::uint32_t u) const noexcept {
-    return u < collective_units_ ? -1 : static_cast<int>((u - collective_units_) / arena_units_);
+    if (u < collective_units_) return k_collective;
+    if (u < pool_begin_) return static_cast<int>((u - collective_units_) / arena_units_);
+    return chunk_owner_[(u - pool_begin_) / chunk_units_].load(std::memory_order_acquire);
   }
   int home_of(std::uint32_t u) const noexcept {
     int owner = arena_owner(u);
     return owner >= 0 ? owner : static_cast<int>(u % static_cast<std::uint32_t>(ranks_));
   }
+  // Records that the pool units [first, first + count) (whole chunks) belong to `owner` (a rank
+  // or k_collective). Any thread, handlers included.
+  void set_chunk_owner(std::uint32_t first, std::uint32_t count, int owner) noexcept;
   const std::string& placement() const noexcept { return placement_; }
 
  private:
@@ -95,6 +120,9 @@ class region_map {
   std::uint32_t units_ = 0;
   std::uint32_t collective_units_ = 0;
   std::uint32_t arena_units_ = 0;
+  std::uint32_t pool_begin_ = 0;
+  std::uint32_t chunk_units_ = 1;
+  std::unique_ptr<std::atomic<int>[]> chunk_owner_;  // per pool chunk: a rank, k_collective, k_unclaimed
   int ranks_ = 1;
   std::string placement_;
 };

@@ -6,8 +6,15 @@
 
 namespace mdsm::regions {
 
-arena::arena(std::uintptr_t begin, std::size_t bytes) : begin_(begin), bytes_(bytes), free_total_(bytes) {
+arena::arena(std::uintptr_t begin, std::size_t bytes) : bytes_(bytes), free_total_(bytes) {
   if (bytes > 0) free_.emplace(begin, bytes);
+}
+
+void arena::grow(std::uintptr_t begin, std::size_t bytes) {
+  if (bytes == 0) return;
+  bytes_ += bytes;
+  free_total_ += bytes;
+  insert_free(begin, bytes);
 }
 
 std::optional<std::uintptr_t> arena::allocate(std::size_t bytes, std::size_t align) {
@@ -42,23 +49,26 @@ std::optional<std::size_t> arena::release(std::uintptr_t addr) {
   std::size_t size = u->second;
   used_.erase(u);
   free_total_ += size;
-  std::uintptr_t start = addr;
-  std::size_t len = size;
-  auto next = free_.lower_bound(addr);
-  if (next != free_.end() && next->first == addr + size) {
+  insert_free(addr, size);
+  return size;
+}
+
+void arena::insert_free(std::uintptr_t start, std::size_t len) {
+  const std::uintptr_t end = start + len;
+  auto next = free_.lower_bound(start);
+  if (next != free_.end() && next->first == end) {
     len += next->second;
     next = free_.erase(next);
   }
   if (next != free_.begin()) {
     auto prev = std::prev(next);
-    if (prev->first + prev->second == addr) {
+    if (prev->first + prev->second == start) {
       start = prev->first;
       len += prev->second;
       free_.erase(prev);
     }
   }
   free_.emplace(start, len);
-  return size;
 }
 
 std::optional<std::pair<std::uintptr_t, std::size_t>> arena::find(std::uintptr_t addr) const {

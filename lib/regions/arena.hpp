@@ -1,6 +1,8 @@
-// A first-fit allocator over one address range, with coalescing. Its metadata lives in private
-// memory (never in the region it manages), so allocating never touches coherent pages.
-// Not synchronised; the owner guards it.
+// A first-fit allocator over address ranges (one to begin with, more added by grow), with
+// coalescing: adjacent ranges become one, so an allocation may span them. Its metadata lives in
+// private memory (never in the region it manages), so allocating never touches coherent pages.
+// Also used over abstract index spaces (the coherent pool's chunks). Not synchronised; the
+// owner guards it.
 #pragma once
 
 #include <cstddef>
@@ -14,6 +16,9 @@ namespace mdsm::regions {
 class arena {
  public:
   arena(std::uintptr_t begin, std::size_t bytes);
+
+  // Adds the free range [begin, begin + bytes), which overlaps nothing managed already.
+  void grow(std::uintptr_t begin, std::size_t bytes);
 
   // An address aligned to `align` (a power of two) with `bytes` free after it, or nullopt.
   std::optional<std::uintptr_t> allocate(std::size_t bytes, std::size_t align);
@@ -29,10 +34,10 @@ class arena {
   std::size_t free_bytes() const noexcept { return free_total_; }
   std::size_t largest_free() const;
   std::size_t capacity() const noexcept { return bytes_; }
-  std::uintptr_t begin() const noexcept { return begin_; }
 
  private:
-  std::uintptr_t begin_;
+  void insert_free(std::uintptr_t start, std::size_t len);  // coalescing with its neighbours
+
   std::size_t bytes_;
   std::size_t free_total_;
   std::map<std::uintptr_t, std::size_t> free_;  // start -> size, never adjacent

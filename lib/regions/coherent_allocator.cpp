@@ -3,6 +3,7 @@
 #include "common/check.hpp"
 #include "regions/collective_check.hpp"
 
+#include <algorithm>
 #include <cstring>
 
 namespace mdsm::regions {
@@ -18,6 +19,24 @@ struct free_reply {
   std::int32_t status;
   char why[200];
 };
+// Pool claims (rank r asks rank 0; rank 0 answers r and tells the others, who acknowledge to r).
+struct claim_request {
+  std::uint64_t ticket;
+  std::uint64_t need;
+  std::uint64_t want;
+};
+struct claim_reply {
+  std::uint64_t ticket;
+  std::uint64_t addr;  // 0: no room
+  std::uint64_t bytes;
+};
+struct claim_notice {
+  std::uint64_t ticket;
+  std::uint64_t addr;
+  std::uint64_t bytes;
+  std::int32_t owner;
+  std::int32_t pad;
+};
 
 std::uintptr_t addr_of(const void* p) { return reinterpret_cast<std::uintptr_t>(p); }
 
@@ -30,6 +49,7 @@ coherent_allocator::coherent_allocator(coherence::engine& e, messages::endpoint&
       collective_(addr_of(region_.app_unit(0)), std::size_t{region_.collective_units()} * region_.unit()),
       own_(addr_of(region_.app_unit(region_.arena_begin(e.rank()))), std::size_t{region_.arena_units()} * region_.unit()),
       unit_users_(region_.units(), 0) {
+  if (e.rank() == 0) pool_ = arena(0, region_.pool_units() / region_.chunk_units());
   free_request_ = ep.register_handler("mdsm.regions.free", [this](message& m) {
     const auto req = m.as<free_request>();
     std::string why;
@@ -51,6 +71,153 @@ coherent_allocator::coherent_allocator(coherence::engine& e, messages::endpoint&
     p->why = reply.why;
     p->done.store(true, std::memory_order_release);
   });
+
+  auto claim_of = [this](std::uint64_t ticket) {
+    std::lock_guard lk(pending_mutex_);
+    auto it = claims_.find(ticket);
+    return it == claims_.end() ? nullptr : it->second;
+  };
+  // Rank 0: grant, tell the other ranks, answer the claimer.
+  claim_request_ = ep.register_handler("mdsm.regions.claim", [this](message& m) {
+    const auto req = m.as<claim_request>();
+    const int owner = m.origin();
+    const auto run = grant(req.need, req.want, owner);
+    const claim_reply reply{req.ticket, run ? run->first : 0, run ? run->second : 0};
+    if (run) {
+      const claim_notice notice{req.ticket, run->first, run->second, owner, 0};
+      for (int q = 1; q < engine_.size(); ++q)
+        if (q != owner) endpoint_.send(q, claim_notice_, std::as_bytes(std::span(&notice, 1)), annotation::none);
+    }
+    endpoint_.send(owner, claim_reply_, std::as_bytes(std::span(&reply, 1)), annotation::none);
+  });
+  claim_reply_ = ep.register_handler("mdsm.regions.claim_reply", [claim_of](message& m) {
+    const auto reply = m.as<claim_reply>();
+    auto p = claim_of(reply.ticket);
+    if (!p) return;
+    p->addr = reply.addr;
+    p->bytes = reply.bytes;
+    p->granted.store(true, std::memory_order_release);
+  });
+  // Every other rank: record the run's owner, then acknowledge to the owner.
+  claim_notice_ = ep.register_handler("mdsm.regions.claim_notice", [this](message& m) {
+    const auto notice = m.as<claim_notice>();
+    if (notice.owner < 0 || notice.owner >= engine_.size()) return;
+    auto* first = reinterpret_cast<void*>(notice.addr);
+    if (!region_.contains(first) || notice.bytes == 0) return;
+    region_.set_chunk_owner(region_.unit_of(first), static_cast<std::uint32_t>(notice.bytes / region_.unit()),
+                            notice.owner);
+    const std::uint64_t ticket = notice.ticket;
+    endpoint_.send(notice.owner, claim_ack_, std::as_bytes(std::span(&ticket, 1)), annotation::none);
+  });
+  claim_ack_ = ep.register_handler("mdsm.regions.claim_ack", [claim_of](message& m) {
+    if (auto p = claim_of(m.as<std::uint64_t>())) p->acks.fetch_add(1, std::memory_order_acq_rel);
+  });
+}
+
+std::optional<std::pair<std::uintptr_t, std::size_t>> coherent_allocator::grant(std::size_t need, std::size_t want,
+                                                                               int owner) {
+  const std::size_t chunk = std::size_t{region_.chunk_units()} * region_.unit();
+  std::optional<std::uintptr_t> first;
+  std::size_t chunks = 0;
+  {
+    std::lock_guard lk(pool_mutex_);
+    for (std::size_t bytes : {want, need}) {
+      chunks = (bytes + chunk - 1) / chunk;
+      if (chunks == 0) return std::nullopt;
+      if ((first = pool_.allocate(chunks, 1))) break;
+    }
+  }
+  if (!first) return std::nullopt;
+  const std::uint32_t unit = region_.pool_begin() + static_cast<std::uint32_t>(*first) * region_.chunk_units();
+  const auto units = static_cast<std::uint32_t>(chunks * region_.chunk_units());
+  region_.set_chunk_owner(unit, units, owner);
+  return std::pair{addr_of(region_.app_unit(unit)), std::size_t{units} * region_.unit()};
+}
+
+std::size_t coherent_allocator::claim_size(std::size_t bytes, std::size_t claimed) const {
+  // An eighth of what the arena has claimed so far, at least: a program that allocates in many
+  // small steps claims O(log) times, and the last claim wastes at most an eighth of its size.
+  return std::max(bytes, claimed / 8);
+}
+
+bool coherent_allocator::claim_own(std::size_t bytes) {
+  std::size_t claimed;
+  {
+    std::lock_guard lk(mutex_);
+    claimed = own_claimed_;
+  }
+  const std::size_t need = bytes + alignment_for(bytes), want = claim_size(need, claimed);
+  const int me = engine_.rank();
+  auto pending = std::make_shared<pending_claim>();
+  std::uint64_t ticket;
+  {
+    std::lock_guard lk(pending_mutex_);
+    ticket = next_ticket_++;
+    claims_.emplace(ticket, pending);
+  }
+  struct forget {
+    coherent_allocator& a;
+    std::uint64_t ticket;
+    ~forget() {
+      std::lock_guard lk(a.pending_mutex_);
+      a.claims_.erase(ticket);
+    }
+  } forget_claim{*this, ticket};
+  if (me == 0) {
+    if (auto run = grant(need, want, me)) {
+      pending->addr = run->first;
+      pending->bytes = run->second;
+      const claim_notice notice{ticket, run->first, run->second, me, 0};
+      for (int q = 1; q < engine_.size(); ++q)
+        endpoint_.send(q, claim_notice_, std::as_bytes(std::span(&notice, 1)), annotation::none);
+    }
+  } else {
+    const claim_request req{ticket, need, want};
+    endpoint_.send(0, claim_request_, std::as_bytes(std::span(&req, 1)), annotation::request);
+    endpoint_.progress().wait_until([&] { return pending->granted.load(std::memory_order_acquire); });
+  }
+  if (pending->addr == 0) return false;
+  // Every rank but rank 0 and this one acknowledges the run once it has recorded it.
+  const int acks = engine_.size() - (me == 0 ? 1 : 2);
+  endpoint_.progress().wait_until([&] { return pending->acks.load(std::memory_order_acquire) >= acks; });
+  auto* first = reinterpret_cast<void*>(pending->addr);
+  region_.set_chunk_owner(region_.unit_of(first), static_cast<std::uint32_t>(pending->bytes / region_.unit()), me);
+  std::lock_guard lk(mutex_);
+  own_.grow(pending->addr, pending->bytes);
+  own_claimed_ += pending->bytes;
+  return true;
+}
+
+bool coherent_allocator::claim_collective(std::size_t bytes) {
+  std::size_t claimed;
+  {
+    std::lock_guard lk(mutex_);
+    claimed = collective_claimed_;
+  }
+  const std::size_t need = bytes + alignment_for(bytes), want = claim_size(need, claimed);
+  std::uint64_t run[2] = {0, 0};  // address, bytes
+  if (engine_.rank() == 0)
+    if (auto r = grant(need, want, coherence::region_map::k_collective)) {
+      run[0] = r->first;
+      run[1] = r->second;
+    }
+  values_of_rank0(endpoint_.transport(), endpoint_.progress(), run, "alloc_collective");
+  const std::uint64_t at = run[0], size = run[1];
+  if (at == 0) return false;
+  region_.set_chunk_owner(region_.unit_of(reinterpret_cast<void*>(at)), static_cast<std::uint32_t>(size / region_.unit()),
+                          coherence::region_map::k_collective);
+  std::lock_guard lk(mutex_);
+  collective_.grow(at, size);
+  collective_claimed_ += size;
+  return true;
+}
+
+void coherent_allocator::out_of_memory(const arena& a, std::size_t bytes, const std::string& call, const std::string& which) {
+  detail::fail(MDSM_ERR_OUT_OF_MEMORY, call, "(", bytes, "): ", which, " has ", a.free_bytes(), " bytes free (largest block ",
+               a.largest_free(), ") of ", a.capacity(), ", and the pool (",
+               std::size_t{region_.pool_units()} * region_.unit(),
+               " bytes, three quarters of the region, shared by the ranks) has no run that large left; set a larger "
+               "MDSM_COHERENT_SIZE");
 }
 
 std::size_t coherent_allocator::alignment_for(std::size_t bytes) const { return bytes >= region_.unit() ? region_.unit() : 16; }
@@ -82,21 +249,37 @@ void coherent_allocator::account(std::uintptr_t addr, std::size_t bytes, bool al
 
 void* coherent_allocator::alloc(std::size_t bytes) {
   if (bytes == 0) detail::fail(MDSM_ERR_INVALID_ARGUMENT, "alloc: size 0");
-  std::lock_guard lk(mutex_);
-  const std::uintptr_t addr =
-      own_.allocate_or_fail(bytes, alignment_for(bytes), detail::cat("alloc(", bytes, "): rank ", engine_.rank(), "'s arena"),
-                            "set a larger MDSM_COHERENT_SIZE (each rank's arena is half the region divided by the ranks)");
-  account(addr, bytes, true);
-  return reinterpret_cast<void*>(addr);
+  // (Another thread of this rank may take the room a claim brought first: then claim again.
+  // The pool is finite, so this ends.)
+  for (;;) {
+    {
+      std::lock_guard lk(mutex_);
+      if (auto addr = own_.allocate(bytes, alignment_for(bytes))) {
+        account(*addr, bytes, true);
+        return reinterpret_cast<void*>(*addr);
+      }
+    }
+    if (!claim_own(bytes)) {
+      std::lock_guard lk(mutex_);
+      out_of_memory(own_, bytes, "alloc", detail::cat("rank ", engine_.rank(), "'s arena"));
+    }
+  }
 }
 
 void* coherent_allocator::alloc_collective(std::size_t bytes) {
   check_same_everywhere(endpoint_.transport(), endpoint_.progress(), bytes, "alloc_collective");
   if (bytes == 0) detail::fail(MDSM_ERR_INVALID_ARGUMENT, "alloc_collective: size 0");
-  std::lock_guard lk(mutex_);
-  const std::uintptr_t addr = collective_.allocate_or_fail(
-      bytes, alignment_for(bytes), detail::cat("alloc_collective(", bytes, "): the collective arena"),
-      "set a larger MDSM_COHERENT_SIZE");
+  std::unique_lock lk(mutex_);
+  auto at = collective_.allocate(bytes, alignment_for(bytes));
+  if (!at) {
+    // Every rank is here, with the same collective arena: all claim together.
+    lk.unlock();
+    const bool grew = claim_collective(bytes);
+    lk.lock();
+    if (grew) at = collective_.allocate(bytes, alignment_for(bytes));
+    if (!at) out_of_memory(collective_, bytes, "alloc_collective", "the collective arena");
+  }
+  const std::uintptr_t addr = *at;
   const std::uint32_t first = region_.unit_of(reinterpret_cast<void*>(addr));
   // The units this allocation brings into use get blocks of it as homes (engine::home_of).
   struct homes_scope {
@@ -124,9 +307,11 @@ void coherent_allocator::free(void* p) {
   if (p == nullptr) return;
   if (!region_.contains(p)) detail::fail(MDSM_ERR_NOT_IN_REGION, "free: ", p, " is not in the coherent region");
   const int owner = region_.arena_owner(region_.unit_of(p));
-  if (owner < 0)
+  if (owner == coherence::region_map::k_collective)
     detail::fail(MDSM_ERR_INVALID_ARGUMENT, "free: ", p,
                  " was allocated collectively; every rank must call free_collective on it");
+  if (owner < 0)
+    detail::fail(MDSM_ERR_INVALID_ARGUMENT, "free: ", p, " is not the start of a live allocation (nothing is allocated there)");
   std::string why;
   if (owner == engine_.rank()) {
     if (mdsm_status s = free_own(addr_of(p), why); s != MDSM_SUCCESS) detail::fail(s, why);
@@ -155,7 +340,8 @@ void coherent_allocator::free_collective(void* p) {
   check_same_everywhere(endpoint_.transport(), endpoint_.progress(), addr_of(p), "free_collective");
   if (p == nullptr) return;
   if (!region_.contains(p)) detail::fail(MDSM_ERR_NOT_IN_REGION, "free_collective: ", p, " is not in the coherent region");
-  if (region_.arena_owner(region_.unit_of(p)) >= 0)
+  const int owner = region_.arena_owner(region_.unit_of(p));
+  if (owner >= 0)
     detail::fail(MDSM_ERR_INVALID_ARGUMENT, "free_collective: ", p, " was not allocated collectively; use free");
   std::lock_guard lk(mutex_);
   auto size = collective_.release(addr_of(p));

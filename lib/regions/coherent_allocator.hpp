@@ -5,6 +5,16 @@
 //   free             any rank; a pointer into another rank's arena is freed by its owner (a
 //                    REQUEST round trip, so the caller learns whether it was valid)
 //
+// Both kinds of arena grow into the pool (region_map.hpp) when an allocation does not fit: rank 0
+// keeps the pool's free chunks and grants runs of them. A rank's claim: a REQUEST to rank 0, which
+// records the run in its chunk directory, answers the claimer and tells every other rank, each of
+// which records it and acknowledges to the claimer; the claimer records it and allocates from it
+// once every rank has. So every rank knows a chunk's owner (its home, and whether an access to it
+// fetches or is an error) before any pointer into it exists. The collective arena's claims happen
+// inside alloc_collective: rank 0 grants, and the collective agreement carries the address.
+// Claimed runs stay with their owner for the rest of the run (freed allocations in them are
+// reused by the owner only).
+//
 // The allocator tells the coherence engine when a unit gains its first allocation and when it
 // loses its last one (units_allocated / units_freed), so only allocated memory is accessible.
 // Small allocations are 16-byte aligned; allocations of a unit or more are unit aligned.
@@ -17,6 +27,8 @@
 
 #include <atomic>
 #include <mutex>
+#include <optional>
+#include <string>
 #include <unordered_map>
 
 namespace mdsm::regions {
@@ -43,9 +55,43 @@ class coherent_allocator {
   coherence::engine& engine_;
   messages::endpoint& endpoint_;
   coherence::region_map& region_;
+  // A run of pool chunks for `owner` (a rank or region_map::k_collective) of at least `need`
+  // bytes, `want` if there is room for it: its first address and size, or nullopt when the pool
+  // has no such run. Rank 0 only (the pool's keeper); any thread.
+  std::optional<std::pair<std::uintptr_t, std::size_t>> grant(std::size_t need, std::size_t want, int owner);
+  // How many bytes to ask the pool for, for an allocation of `bytes` into an arena that has
+  // `claimed` bytes of the pool already: the allocation, or more, so that claims stay few.
+  std::size_t claim_size(std::size_t bytes, std::size_t claimed) const;
+  // Grows own_ by a run of the pool of at least `bytes` (mutex_ not held); false when the pool
+  // has no room.
+  bool claim_own(std::size_t bytes);
+  // Collective: grows collective_ by a run of at least `bytes` on every rank; false (on every
+  // rank) when the pool has no room.
+  bool claim_collective(std::size_t bytes);
+  // The OUT_OF_MEMORY error for an allocation that did not fit even after a claim.
+  // ("alloc(N): rank 2's arena has F bytes free ...; set a larger MDSM_COHERENT_SIZE")
+  [[noreturn]] void out_of_memory(const arena& a, std::size_t bytes, const std::string& call, const std::string& which);
+
   std::mutex mutex_;
   arena collective_;
   arena own_;
+  std::size_t own_claimed_ = 0;         // bytes of the pool own_ grew by (mutex_)
+  std::size_t collective_claimed_ = 0;  // ... and collective_ (the same on every rank)
+
+  // Rank 0: the pool's free chunks, as an arena over chunk indices.
+  std::mutex pool_mutex_;
+  arena pool_{0, 0};
+  handler_id claim_request_ = 0;
+  handler_id claim_reply_ = 0;
+  handler_id claim_notice_ = 0;
+  handler_id claim_ack_ = 0;
+  struct pending_claim {
+    std::atomic<bool> granted{false};  // rank 0's answer arrived
+    std::atomic<int> acks{0};          // ranks other than 0 and us that recorded the run
+    std::uintptr_t addr = 0;           // 0: the pool had no room
+    std::size_t bytes = 0;
+  };
+  std::unordered_map<std::uint64_t, std::shared_ptr<pending_claim>> claims_;  // pending_mutex_
   std::vector<std::uint32_t> unit_users_;  // allocations touching each unit (own + collective)
 
   handler_id free_request_ = 0;

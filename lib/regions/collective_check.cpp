@@ -3,14 +3,20 @@
 #include "common/check.hpp"
 #include "common/wait_subject.hpp"
 
+#include <algorithm>
 #include <string>
+#include <vector>
 
 namespace mdsm::regions {
 
-void check_same_everywhere(net::transport& t, net::progress& p, std::uint64_t value, const char* what) {
-  std::uint64_t mine[2] = {value, ~value}, out[2];
+namespace {
+
+// MPI_MAX over the ranks of n words, waiting (delivering frames, named `what` for the failure
+// detector) until every rank has contributed.
+void max_everywhere(net::transport& t, net::progress& p, const std::uint64_t* in, std::uint64_t* out, int n,
+                    const char* what) {
   MPI_Request req;
-  MPI_Iallreduce(mine, out, 2, MPI_UINT64_T, MPI_MAX, t.collective_comm(), &req);
+  MPI_Iallreduce(in, out, n, MPI_UINT64_T, MPI_MAX, t.collective_comm(), &req);
   detail::wait_subject subject{.what = what, .object = nullptr, .id = 0, .peer = -1,
                                .peer_role = nullptr,
                                .detail = [](const void*) { return std::string("a collective call: every rank makes it"); }};
@@ -20,9 +26,22 @@ void check_same_everywhere(net::transport& t, net::progress& p, std::uint64_t va
     PMPI_Test(&req, &done, MPI_STATUS_IGNORE);
     return done != 0;
   });
+}
+
+}  // namespace
+
+void check_same_everywhere(net::transport& t, net::progress& p, std::uint64_t value, const char* what) {
+  std::uint64_t mine[2] = {value, ~value}, out[2];
+  max_everywhere(t, p, mine, out, 2, what);
   if (out[0] != value || ~out[1] != value)
     detail::fail(MDSM_ERR_MISMATCH, what, ": ranks passed different values (", ~out[1], " .. ", out[0],
                  "); every rank must make the same collective call");
+}
+
+void values_of_rank0(net::transport& t, net::progress& p, std::span<std::uint64_t> values, const char* what) {
+  std::vector<std::uint64_t> mine(values.size(), 0);
+  if (t.rank() == 0) std::copy(values.begin(), values.end(), mine.begin());
+  max_everywhere(t, p, mine.data(), values.data(), static_cast<int>(values.size()), what);
 }
 
 }  // namespace mdsm::regions

@@ -44,32 +44,167 @@ long long world_max(long long v) {
 }  // namespace
 
 TEST_CASE("region: an allocation larger than what is left is MDSM_ERR_OUT_OF_MEMORY and loses nothing",
-          "[mpi][region][np2+]") {
+          "[mpi][region][np1][np2+]") {
   mdsm::options opts;
-  opts.coherent_size = std::size_t{8} << 20;  // 4 MiB of arenas shared by the ranks
+  opts.coherent_size = std::size_t{8} << 20;  // a pool of 6 MiB (three quarters), shared by the ranks
   session s(opts);
-  const std::size_t arena = (std::size_t{4} << 20) / static_cast<std::size_t>(mdsm::size());
-  auto msg = error_of(MDSM_ERR_OUT_OF_MEMORY, [&] { mdsm::alloc(arena + k_page); });
+  const int me = mdsm::rank();
+  // More than the whole region: no arena, grown or not, can hold it.
+  auto msg = error_of(MDSM_ERR_OUT_OF_MEMORY, [&] { mdsm::alloc(std::size_t{9} << 20); });
   CHECK(contains(msg, "MDSM_COHERENT_SIZE"));  // says what to do
-  auto* half = mdsm::alloc_array<int>(arena / 2 / sizeof(int));
-  for (std::size_t i = 0; i < arena / 2 / sizeof(int); i += 1024) half[i] = static_cast<int>(i);
-  error_of(MDSM_ERR_OUT_OF_MEMORY, [&] { mdsm::alloc(arena / 2 + k_page); });
-  void* ptr = nullptr;
-  CHECK(mdsm_alloc(arena, &ptr) == MDSM_ERR_OUT_OF_MEMORY);
-  CHECK(ptr == nullptr);
-  CHECK(std::string(mdsm_last_error()).find("arena") != std::string::npos);
-  for (std::size_t i = 0; i < arena / 2 / sizeof(int); i += 1024) REQUIRE(half[i] == static_cast<int>(i));
-  // What is left can still be allocated.
-  void* rest = mdsm::alloc(arena / 4);
-  CHECK(mdsm::is_coherent(rest));
-  // The collective arena (half the region) fails alike, on every rank.
-  error_of(MDSM_ERR_OUT_OF_MEMORY, [&] { mdsm::alloc_collective(std::size_t{5} << 20); });
+  CHECK(contains(msg, "pool"));
+  world_barrier();
+  if (me == 0) {
+    // Rank 0 takes most of the pool; an allocation that needs more than what is left fails, and
+    // loses nothing.
+    constexpr std::size_t most = std::size_t{5} << 20, ints = most / sizeof(int);
+    auto* big = mdsm::alloc_array<int>(ints);
+    for (std::size_t i = 0; i < ints; i += 1024) big[i] = static_cast<int>(i);
+    error_of(MDSM_ERR_OUT_OF_MEMORY, [&] { mdsm::alloc(std::size_t{2} << 20); });
+    void* ptr = nullptr;
+    CHECK(mdsm_alloc(std::size_t{2} << 20, &ptr) == MDSM_ERR_OUT_OF_MEMORY);
+    CHECK(ptr == nullptr);
+    CHECK(std::string(mdsm_last_error()).find("arena") != std::string::npos);
+    for (std::size_t i = 0; i < ints; i += 1024) REQUIRE(big[i] == static_cast<int>(i));
+    // What is left can still be allocated.
+    void* rest = mdsm::alloc(std::size_t{64} << 10);
+    CHECK(mdsm::is_coherent(rest));
+    mdsm::free(rest);
+    mdsm::free(big);
+  }
+  world_barrier();
+  // The collective arena fails alike, on every rank, and works after it.
+  error_of(MDSM_ERR_OUT_OF_MEMORY, [&] { mdsm::alloc_collective(std::size_t{9} << 20); });
   int* c = mdsm::alloc_collective_array<int>(16);
   CHECK(mdsm::is_coherent(c));
-  mdsm::free(rest);
-  mdsm::free(half);
   mdsm::free_collective(c);
   world_barrier();
+}
+
+TEST_CASE("region: one rank allocates 75% of the region; every rank reads, writes and frees it",
+          "[mpi][region][np1][np2+]") {
+  // The SPLASH pattern: the main process allocates everything. Its arena grows into the pool
+  // (three quarters of the region), whatever the number of ranks.
+  mdsm::options opts;
+  opts.coherent_size = std::size_t{64} << 20;
+  session s(opts);
+  const int me = mdsm::rank(), n = mdsm::size();
+  constexpr std::size_t big_ints = (std::size_t{40} << 20) / sizeof(int);
+  constexpr int smalls = 1024;                             // 1024 x 8 KiB: 40 + 8 = 48 MiB = 75%
+  constexpr std::size_t small_ints = 8192 / sizeof(int);
+  auto** table = mdsm::alloc_collective_array<int*>(smalls + 1);
+  mdsm::barrier b;
+  if (me == 0) {
+    auto* big = mdsm::alloc_array<int>(big_ints);
+    for (std::size_t i = 0; i < big_ints; i += 1024) big[i] = static_cast<int>(i);
+    table[0] = big;
+    for (int k = 0; k < smalls; ++k) {
+      auto* p = mdsm::alloc_array<int>(small_ints);
+      p[0] = k;
+      p[small_ints - 1] = -k;
+      table[k + 1] = p;
+    }
+  }
+  b.arrive_and_wait();
+  int* big = table[0];
+  int bad = 0;
+  for (std::size_t i = 0; i < big_ints; i += 1024 * 37) bad += big[i] != static_cast<int>(i);
+  for (int k = 0; k < smalls; k += 7) bad += table[k + 1][0] != k || table[k + 1][small_ints - 1] != -k;
+  CHECK(bad == 0);
+  // Every rank writes its slice of the big block (several writers in rank 0's pool chunks).
+  const std::size_t slice = big_ints / static_cast<std::size_t>(n);
+  for (std::size_t i = static_cast<std::size_t>(me) * slice + 1; i < (static_cast<std::size_t>(me) + 1) * slice; i += 512)
+    big[i] = me + 1;
+  b.arrive_and_wait();
+  bad = 0;
+  for (int r = 0; r < n; ++r)
+    for (std::size_t i = static_cast<std::size_t>(r) * slice + 1; i < (static_cast<std::size_t>(r) + 1) * slice; i += 512 * 13)
+      bad += big[i] != r + 1;
+  CHECK(bad == 0);
+  b.arrive_and_wait();
+  // The last rank frees every other small block (rank 0's: the free goes to the chunk's owner).
+  if (me == n - 1)
+    for (int k = 1; k < smalls; k += 2) mdsm::free(table[k + 1]);
+  b.arrive_and_wait();
+  if (me == 0) {
+    // The pool is full: a large block does not fit, the freed holes take small ones.
+    error_of(MDSM_ERR_OUT_OF_MEMORY, [&] { mdsm::alloc(std::size_t{8} << 20); });
+    for (int k = 1; k < smalls; k += 2) {
+      auto* p = mdsm::alloc_array<int>(small_ints);
+      CHECK(p == table[k + 1]);  // first fit: the same hole
+      p[0] = 2 * k;
+      table[k + 1] = p;
+    }
+  }
+  b.arrive_and_wait();
+  bad = 0;
+  for (int k = 0; k < smalls; ++k) bad += table[k + 1][0] != (k % 2 == 1 ? 2 * k : k);
+  CHECK(bad == 0);
+  // The other ranks' own allocations still come from their arenas.
+  auto* mine = mdsm::alloc_array<int>(1024);
+  mine[0] = me;
+  CHECK(mine[0] == me);
+  mdsm::free(mine);
+  b.arrive_and_wait();
+  if (me == 0) {
+    for (int k = 0; k <= smalls; ++k) mdsm::free(table[k]);
+  }
+  b.arrive_and_wait();
+  mdsm::free_collective(table);
+}
+
+TEST_CASE("region: every rank grows into the pool at once; blocks are read, freed and reused everywhere",
+          "[mpi][region][np2+]") {
+  mdsm::options opts;
+  opts.coherent_size = std::size_t{32} << 20;  // fixed arenas 4 MiB / ranks, pool 24 MiB
+  session s(opts);
+  const int me = mdsm::rank(), n = mdsm::size();
+  constexpr int blocks = 64;
+  constexpr std::size_t block_ints = (std::size_t{64} << 10) / sizeof(int);  // 64 x 64 KiB = 4 MiB per rank
+  auto** table = mdsm::alloc_collective_array<int*>(static_cast<std::size_t>(n) * blocks);
+  // And a collective allocation that does not fit in the collective arena (4 MiB): it claims
+  // too, while the ranks' own claims reach rank 0.
+  constexpr std::size_t shared_ints = (std::size_t{6} << 20) / sizeof(int);
+  mdsm::barrier b;
+  for (int k = 0; k < blocks; ++k) {
+    auto* p = mdsm::alloc_array<int>(block_ints);
+    p[0] = me * 1000 + k;
+    p[block_ints - 1] = -(me * 1000 + k);
+    table[me * blocks + k] = p;
+  }
+  int* shared = mdsm::alloc_collective_array<int>(shared_ints);
+  shared[static_cast<std::size_t>(me) * 4096 + 7] = me + 100;
+  b.arrive_and_wait();
+  int bad = 0;
+  for (int r = 0; r < n; ++r) {
+    for (int k = 0; k < blocks; ++k) {
+      const int* p = table[r * blocks + k];
+      bad += p[0] != r * 1000 + k || p[block_ints - 1] != -(r * 1000 + k);
+    }
+    bad += shared[static_cast<std::size_t>(r) * 4096 + 7] != r + 100;
+  }
+  CHECK(bad == 0);
+  b.arrive_and_wait();
+  // Each rank frees the next rank's even blocks (its owner's, through the chunk directory) and
+  // then allocates as many again; the owner gets the holes back.
+  const int next = (me + 1) % n;
+  for (int k = 0; k < blocks; k += 2) mdsm::free(table[next * blocks + k]);
+  b.arrive_and_wait();
+  for (int k = 0; k < blocks; k += 2) {
+    auto* p = mdsm::alloc_array<int>(block_ints);
+    p[1] = me;
+    table[me * blocks + k] = p;
+  }
+  b.arrive_and_wait();
+  bad = 0;
+  for (int r = 0; r < n; ++r)
+    for (int k = 0; k < blocks; ++k) bad += k % 2 == 0 ? table[r * blocks + k][1] != r : table[r * blocks + k][0] != r * 1000 + k;
+  CHECK(bad == 0);
+  b.arrive_and_wait();
+  for (int k = 0; k < blocks; ++k) mdsm::free(table[me * blocks + k]);
+  mdsm::free_collective(shared);
+  b.arrive_and_wait();
+  mdsm::free_collective(table);
 }
 
 TEST_CASE("region: freeing a pointer mdsm did not allocate is a clear error", "[mpi][region][np2+]") {
@@ -440,7 +575,7 @@ TEST_CASE("region: 30 GiB allocated and untouched cost under 50 MB resident; the
           "[mpi][region][np1][np2+]") {
   // Entries of the page table are made for units someone looks at; an allocation only sets a bit
   // per unit (before: ~160 bytes of entry per unit, 1.2 GB per rank for these 30 GiB).
-  setenv("MDSM_COHERENT_SIZE", "64G", 1);  // the collective arena is half of it
+  setenv("MDSM_COHERENT_SIZE", "64G", 1);  // the collective arena (8 GiB) grows into the pool
   session s;
   unsetenv("MDSM_COHERENT_SIZE");
   const int me = mdsm::rank(), n = mdsm::size();

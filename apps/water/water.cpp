@@ -19,7 +19,14 @@
 //           (an array of (molecule, vector) entries), whose handler adds them into a PRIVATE
 //           buffer (handlers run one at a time); the owner knows how many updates it will get,
 //           waits for all of them, then writes the final forces of its molecules into coherent
-//           memory itself.
+//           memory itself and goes on to correct them without a barrier: the messages are the
+//           synchronization of interf (two barriers per step instead of three).
+// Why hybrid may skip the barrier after interf: correct reads and writes only the rank's own
+// molecules, whose forces it wrote itself. The others read those molecules again only after the
+// next predict's barrier, which this rank enters after correcting. Every rank copied the
+// molecules for this step's interf before sending its updates, so before any owner, having
+// received them all, corrects. The next step's updates are sent only after that barrier, so
+// they cannot mix into this step's sums.
 //
 // (Until 2026-11-27 the lock version took one lock per molecule and every rank walked them from
 // molecule 0, and the hybrid version sent one message per molecule. With every molecule updated
@@ -179,7 +186,10 @@ int main(int argc, char** argv) {
           acc[k] = 0;
         }
     }
-    bar.arrive_and_wait();
+    // lock: every rank's updates must be in before an owner corrects. hybrid: the owner wrote
+    // its forces itself once every update had come, and correct touches only its molecules, so
+    // no barrier is needed (the next one, after predict, orders everything the next step reads).
+    if (!hybrid) bar.arrive_and_wait();
 
     // correct
     double ke = 0;

@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <sys/mman.h>
 #include <unistd.h>
 #include <vector>
@@ -203,6 +204,46 @@ TEST_CASE("region: every rank grows into the pool at once; blocks are read, free
   b.arrive_and_wait();
   for (int k = 0; k < blocks; ++k) mdsm::free(table[me * blocks + k]);
   mdsm::free_collective(shared);
+  b.arrive_and_wait();
+  mdsm::free_collective(table);
+}
+
+TEST_CASE("region: two threads per rank grow the arena at once while rank 0 grants", "[mpi][region][np2+]") {
+  // Claims from several threads of a rank in flight together, and rank 0 claiming for itself
+  // while its handlers grant the others'.
+  mdsm::options opts;
+  opts.coherent_size = std::size_t{32} << 20;
+  session s(opts);
+  const int me = mdsm::rank(), n = mdsm::size();
+  constexpr int threads = 2, blocks = 48;
+  constexpr std::size_t block_ints = (std::size_t{32} << 10) / sizeof(int);  // 2 x 48 x 32 KiB = 3 MiB per rank
+  auto** table = mdsm::alloc_collective_array<int*>(static_cast<std::size_t>(n) * threads * blocks);
+  std::vector<std::thread> workers;
+  for (int t = 0; t < threads; ++t)
+    workers.emplace_back([&, t] {
+      for (int k = 0; k < blocks; ++k) {
+        auto* p = mdsm::alloc_array<int>(block_ints);
+        const int v = (me * threads + t) * 1000 + k;
+        p[0] = v;
+        p[block_ints - 1] = -v;
+        table[(me * threads + t) * blocks + k] = p;
+      }
+    });
+  for (auto& w : workers) w.join();
+  mdsm::barrier b;
+  b.arrive_and_wait();
+  int bad = 0;
+  std::vector<int*> seen;
+  for (int i = 0; i < n * threads * blocks; ++i) {
+    const int v = (i / blocks) * 1000 + i % blocks;
+    bad += table[i][0] != v || table[i][block_ints - 1] != -v;
+    seen.push_back(table[i]);
+  }
+  CHECK(bad == 0);
+  std::sort(seen.begin(), seen.end());
+  CHECK(std::adjacent_find(seen.begin(), seen.end()) == seen.end());  // every block its own
+  b.arrive_and_wait();
+  for (int i = me * threads * blocks; i < (me + 1) * threads * blocks; ++i) mdsm::free(table[i]);
   b.arrive_and_wait();
   mdsm::free_collective(table);
 }

@@ -59,7 +59,7 @@ MPI_Datatype header_and(const header* h, const void* buf, int count, MPI_Datatyp
 }  // namespace
 
 int send(context& c, send_op& op, const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm,
-         mdsm_annotation a, send_mode mode) {
+         mdsm_annotation a, send_mode mode, const std::span<const std::byte>* encoded) {
   // `a` is valid: every entry point checked it (checked_annotation).
   static constexpr const char* k_call = "MDSM_Send";
   const bool real_dest = dest != MPI_PROC_NULL && dest >= 0 && dest < c.cs->size;
@@ -76,20 +76,26 @@ int send(context& c, send_op& op, const void* buf, int count, MPI_Datatype type,
     if (peer < 0)
       return raise(comm, errc::rank, detail::cat(k_call, ": rank ", dest, " of the communicator is not in mdsm's job"));
     thread_local net::byte_writer w;
-    w.clear();
-    try {
-      if (a == MDSM_REQUEST) c.rt->engine->encode_request(w);
-      else c.rt->engine->encode_release(peer, a == MDSM_RELEASE, w);
-    } catch (const error& e) {
-      return raise(comm, errc::not_initialized, e.what());
-    }
-    op.h.cinfo_len = static_cast<std::uint32_t>(w.size());
-    stats::add(stats::counter::mpi_cinfo_bytes_sent, w.size());
-    if (w.size() <= k_inline_cinfo) {
-      op.h.inline_cinfo = 1;
-      std::memcpy(op.h.cinfo, w.bytes().data(), w.size());
+    std::span<const std::byte> info;
+    if (encoded != nullptr) {
+      info = *encoded;
     } else {
-      op.cinfo.assign(w.bytes().begin(), w.bytes().end());
+      w.clear();
+      try {
+        if (a == MDSM_REQUEST) c.rt->engine->encode_request(w);
+        else c.rt->engine->encode_release(peer, a == MDSM_RELEASE, w);
+      } catch (const error& e) {
+        return raise(comm, errc::not_initialized, e.what());
+      }
+      info = w.bytes();
+      stats::add(stats::counter::mpi_cinfo_bytes_sent, w.size());
+    }
+    op.h.cinfo_len = static_cast<std::uint32_t>(info.size());
+    if (info.size() <= k_inline_cinfo) {
+      op.h.inline_cinfo = 1;
+      std::memcpy(op.h.cinfo, info.data(), info.size());
+    } else {
+      op.cinfo.assign(info.begin(), info.end());
       op.h.side_tag = side_tags();
       tags = true;
       stats::add(stats::counter::mpi_side_messages);

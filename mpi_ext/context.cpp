@@ -138,17 +138,20 @@ int raise(MPI_Comm comm, errc e, const std::string& message) {
   return code;
 }
 
-context enter(MPI_Comm comm, const char* call) {
+context enter(MPI_Comm comm, const char* call, detail::runtime* rt) {
   context c;
-  if (!mdsm::initialized()) {
+  c.rt = rt;
+  if (c.rt == nullptr && !mdsm::initialized()) {
     c.rc = raise(comm, errc::not_initialized, detail::cat(call, ": mdsm is not initialized; call mdsm_init first"));
     return c;
   }
-  try {
-    c.rt = &detail::rt();  // rethrows an error a handler deferred
-  } catch (const error& e) {
-    c.rc = raise(comm, errc::not_initialized, e.what());
-    return c;
+  if (c.rt == nullptr) {
+    try {
+      c.rt = &detail::rt();  // rethrows an error a handler deferred
+    } catch (const error& e) {
+      c.rc = raise(comm, errc::not_initialized, e.what());
+      return c;
+    }
   }
   if (comm == MPI_COMM_NULL) {
     c.rc = PMPI_Comm_call_errhandler(MPI_COMM_WORLD, MPI_ERR_COMM);
@@ -243,8 +246,7 @@ void set_received_bytes(MPI_Status* status, MPI_Count bytes) {
 #endif
 }
 
-int named_size(MPI_Datatype type) {
-  if (type == MPI_BYTE) return 1;  // most messages, without the table's guard
+int named_size_lookup(MPI_Datatype type) {
   struct named {
     MPI_Datatype type;
     int size;

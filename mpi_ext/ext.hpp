@@ -23,6 +23,7 @@
 #include <deque>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 
 namespace mdsm::mpi_ext {
@@ -93,7 +94,8 @@ struct context {
   comm_state* cs = nullptr;
   int rc = MPI_SUCCESS;
 };
-context enter(MPI_Comm comm, const char* call);
+// `rt`: the runtime, when the caller already has it (the fast paths): not looked up again.
+context enter(MPI_Comm comm, const char* call, detail::runtime* rt = nullptr);
 
 // Reports an mdsm error on `comm` the MPI way: the thread's last-error message is set, the
 // communicator's error handler is invoked with one of mdsm's MPI error codes, and the code is
@@ -135,9 +137,11 @@ struct send_op {
   ~send_op();
 };
 // Blocking modes return once the send is complete; nonblocking leaves op.req to complete.
-// Returns an MPI error code (raised on comm).
+// `encoded`: the consistency information, already encoded for `dest` by the caller (the fast
+// path, when it did not fit in the header); it must not be encoded twice, since encoding tells
+// the engine that dest now knows what it carries. Returns an MPI error code (raised on comm).
 int send(context& c, send_op& op, const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm,
-         mdsm_annotation a, send_mode mode);
+         mdsm_annotation a, send_mode mode, const std::span<const std::byte>* encoded = nullptr);
 // Waits for op's requests (a nonblocking send's end). Returns MPI's code, the first error first;
 // a side-channel error is raised on `comm` (the side channel's own errors return).
 int wait_send(const detail::runtime& rt, send_op& op, MPI_Comm comm);
@@ -206,8 +210,9 @@ inline bool may_block(const detail::runtime& rt) { return rt.progress->serving()
 int wait_one(const detail::runtime& rt, MPI_Request* req, MPI_Status* status);
 
 // The size of a predefined datatype most messages use (contiguous, lower bound 0, extent =
-// size), found without asking MPI; 0 for any other datatype.
-int named_size(MPI_Datatype type);
+// size), found without asking MPI; 0 for any other datatype. MPI_BYTE, the most common, inline.
+int named_size_lookup(MPI_Datatype type);
+inline int named_size(MPI_Datatype type) { return type == MPI_BYTE ? 1 : named_size_lookup(type); }
 
 // Sets what MPI_Get_count / MPI_Get_elements report for `status`: `bytes` of user data.
 void set_received_bytes(MPI_Status* status, MPI_Count bytes);

@@ -72,6 +72,14 @@ class engine {
   // Validates a RELEASE/RELEASE_NT's consistency information, learns the origin's vector time
   // and returns it decoded. Throws MDSM_ERR_MALFORMED.
   release_info decode_release(int origin, std::span<const std::byte> cinfo);
+  // The acquire of a RELEASE/RELEASE_NT that brings nothing new, without decoding it: when
+  // `cinfo` carries no interval record and no pushed diff (encode_release found nothing it
+  // believed `origin` lacked, as in every release of a pure message protocol) and this rank's
+  // vector time already covers the required one, learns the origin's time and returns true: the
+  // acquire is complete, exactly as decode_release + begin_acquire would have completed it
+  // (nothing to apply, nothing to fetch). False for anything else, with nothing changed but that
+  // idempotent learning: the caller then takes the general path (which validates and reports).
+  bool acquire_if_current(int origin, std::span<const std::byte> cinfo);
   // Accepts: applies at once when nothing is missing; otherwise fetches the missing records
   // from the origins and applies everything when they arrive. Never blocks.
   acquire_ptr begin_acquire(std::vector<release_info> infos);

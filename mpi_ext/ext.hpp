@@ -19,7 +19,9 @@
 #include <mdsm/mdsm_mpi.h>
 
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <deque>
 #include <mutex>
 #include <optional>
@@ -51,6 +53,29 @@ struct header {
 };
 static_assert(sizeof(header) == 64);
 inline constexpr int k_header = static_cast<int>(sizeof(header));
+
+// The short header: a NONE message with up to k_short_max bytes of contiguous data carries only
+// the header's first k_short_header bytes (the magic, annotation NONE, zeros) before its data.
+// Such a message is shorter than a full header (8 + 55 < 64) and every other MDSM message is at
+// least as long as one, so its size alone tells it apart: a receive finds the data at offset
+// k_short_header instead of k_header, and a probe's count is its size minus k_short_header,
+// without looking inside. Small messages are where the 56 bytes cost (docs/BENCHMARKS.md).
+inline constexpr int k_short_header = 8;
+inline constexpr std::size_t k_short_max = static_cast<std::size_t>(k_header - k_short_header - 1);
+static_assert(offsetof(header, cinfo_len) == k_short_header);
+// The first `bytes` bytes of a received message at `raw` are a short-header NONE message.
+inline bool is_short(const std::byte* raw, int bytes) {
+  if (bytes < k_short_header || bytes >= k_header) return false;
+  header h;
+  std::memcpy(static_cast<void*>(&h), raw, k_short_header);
+  return h.magic == k_magic && h.annot == MDSM_NONE && h.inline_cinfo == 0 && h.side_data == 0 && h.reserved == 0;
+}
+// The user's bytes a probe reports for a message of `bytes` bytes on the user's communicator
+// (not a header alone: probe.cpp looks into those).
+inline std::size_t probed_data(std::size_t bytes) {
+  if (bytes >= static_cast<std::size_t>(k_header)) return bytes - k_header;
+  return bytes >= static_cast<std::size_t>(k_short_header) ? bytes - k_short_header : 0;
+}
 
 // Up to this many bytes of contiguous user data are copied behind the header into one buffer
 // (sender) or received into one and copied out (receiver); above it, and for non-contiguous

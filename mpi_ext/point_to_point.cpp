@@ -60,13 +60,21 @@ mdsm::detail::runtime* fast_eligible(const void* buf, int count, MPI_Datatype ty
 int fast_send_none(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm, bool sync) {
   std::size_t bytes = 0;
   if (fast_eligible(buf, count, type, bytes) == nullptr) return -1;
+  // A few bytes take the short header (ext.hpp): the magic, then zeros (annotation NONE).
+  // Header sizes as constants, so that the stores are inline.
   std::byte* out = t_send_buf.get(sizeof(header) + bytes);
-  // A NONE header: the magic, then zeros (no annotation, no consistency information).
-  std::memset(out, 0, sizeof(header));
-  std::memcpy(out, &k_magic, sizeof k_magic);
-  if (bytes != 0) std::memcpy(out + sizeof(header), buf, bytes);
+  std::size_t head = k_short_header;
+  if (bytes <= k_short_max) [[likely]] {
+    static constexpr header k_none{};  // the magic, annotation NONE, zeros
+    std::memcpy(out, &k_none, k_short_header);
+  } else {
+    head = sizeof(header);
+    std::memset(out, 0, sizeof(header));
+    std::memcpy(out, &k_magic, sizeof k_magic);
+  }
+  if (bytes != 0) std::memcpy(out + head, buf, bytes);
   mdsm::stats::add(mdsm::stats::counter::mpi_sends_none);
-  const int n = static_cast<int>(sizeof(header) + bytes);
+  const int n = static_cast<int>(head + bytes);
   return sync ? PMPI_Ssend(out, n, MPI_BYTE, dest, tag, comm) : PMPI_Send(out, n, MPI_BYTE, dest, tag, comm);
 }
 
@@ -125,6 +133,17 @@ int fast_recv(void* buf, int count, MPI_Datatype type, int source, int tag, MPI_
     return rc;
   }
   const int got = static_cast<int>(mdsm::net::received_bytes(st));
+  if (got < k_header && is_short(in, got)) {  // NONE, short header (ext.hpp): nothing follows
+    const std::size_t sent = static_cast<std::size_t>(got - k_short_header);
+    const std::size_t data = std::min(sent, bytes);
+    if (data != 0) std::memcpy(buf, in + k_short_header, data);
+    set_received_bytes(&st, static_cast<MPI_Count>(data));
+    if (status != MPI_STATUS_IGNORE) *status = st;
+    if (sent <= bytes) return rc;
+    // MPI had room for a full header: the truncation is reported here, as MPI would report it.
+    PMPI_Comm_call_errhandler(comm, MPI_ERR_TRUNCATE);
+    return MPI_ERR_TRUNCATE;
+  }
   // The header's fixed fields first; the whole header only when it carries information.
   header h;
   if (got >= k_header) std::memcpy(static_cast<void*>(&h), in, offsetof(header, cinfo));

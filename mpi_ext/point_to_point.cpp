@@ -100,14 +100,14 @@ int fast_send_annotated(const void* buf, int count, MPI_Datatype type, int dest,
   } catch (const mdsm::error& e) {
     return raise(comm, errc::not_initialized, e.what());
   }
-  mdsm::stats::add(mdsm::stats::by_annotation(mdsm::stats::counter::mpi_sends_none, static_cast<unsigned>(a)));
   mdsm::stats::add(mdsm::stats::counter::mpi_cinfo_bytes_sent, w.size());
   if (w.size() > k_inline_cinfo) {  // a second message on the side channel: the general path's
     const std::span<const std::byte> info = w.bytes();
-    send_op op;
+    send_op op;  // (send counts the message)
     return send(c, op, buf, count, type, dest, tag, comm, a, sync ? send_mode::synchronous : send_mode::standard,
                 &info);
   }
+  mdsm::stats::add(mdsm::stats::by_annotation(mdsm::stats::counter::mpi_sends_none, static_cast<unsigned>(a)));
   std::byte* out = t_send_buf.get(sizeof(header) + bytes);
   header* h = new (out) header{};  // unused inline bytes go on the wire zeroed
   h->annot = static_cast<std::uint8_t>(a);

@@ -53,7 +53,8 @@ std::once_flag g_keyval_once;
 // come back for another communicator).
 std::atomic<std::uint64_t> g_states_freed{0};
 struct last_comm {
-  MPI_Comm comm = MPI_COMM_NULL;
+  // nullptr, not MPI_COMM_NULL (a cast in Open MPI): constant-initialized, so no TLS guard.
+  MPI_Comm comm = nullptr;
   comm_state* cs = nullptr;
   std::uint64_t freed = 0;
 };
@@ -138,7 +139,26 @@ int raise(MPI_Comm comm, errc e, const std::string& message) {
   return code;
 }
 
+namespace {
+context enter_slow(MPI_Comm comm, const char* call, detail::runtime* rt);
+}
+
 context enter(MPI_Comm comm, const char* call, detail::runtime* rt) {
+  // The common case in a small frame: the runtime known, the same communicator as last time.
+  if (rt != nullptr && comm == t_last.comm && comm != MPI_COMM_NULL &&
+      t_last.freed == g_states_freed.load(std::memory_order_acquire) && t_last.cs->session == rt->session)
+    [[likely]] {
+    context c;
+    c.rt = rt;
+    c.cs = t_last.cs;
+    return c;
+  }
+  return enter_slow(comm, call, rt);
+}
+
+namespace {
+
+[[gnu::noinline]] context enter_slow(MPI_Comm comm, const char* call, detail::runtime* rt) {
   context c;
   c.rt = rt;
   if (c.rt == nullptr && !mdsm::initialized()) {
@@ -186,6 +206,8 @@ context enter(MPI_Comm comm, const char* call, detail::runtime* rt) {
   t_last = last_comm{comm, c.cs, g_states_freed.load(std::memory_order_acquire)};
   return c;
 }
+
+}  // namespace
 
 int describe(context& c, MPI_Comm comm, const void* buf, int count, MPI_Datatype type, bool write, buffer& out,
              const char* call) {

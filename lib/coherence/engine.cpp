@@ -96,7 +96,7 @@ const std::vector<unit_run>& engine::hot_set::current_runs() {
   return runs;
 }
 
-bool engine::close_interval_locked() {
+bool engine::close_written_interval_locked() {
   const bool any_hot = hot_count_.load(std::memory_order_acquire) != 0;
   if (!any_dirty_.load(std::memory_order_acquire) && !any_hot) return false;
   const std::uint32_t index = vt_[static_cast<std::size_t>(rank_)] + 1;

@@ -127,7 +127,13 @@ class engine {
 
  private:
   // engine.cpp: intervals and acquires
-  bool close_interval_locked();
+  // Closes the open interval if anything was written in it (or a unit is hot); true if it made
+  // a record. Inline test first: most releases of a message protocol close nothing.
+  bool close_interval_locked() {
+    if (!any_dirty_.load(std::memory_order_acquire) && hot_count_.load(std::memory_order_acquire) == 0) return false;
+    return close_written_interval_locked();
+  }
+  bool close_written_interval_locked();
   void encode_release_locked(int dest, bool transitive, net::byte_writer& out);  // takes meta_
   // The hot units whose check falls due at the close of interval `index`: (unit, check interval).
   void check_hot_locked(std::vector<std::pair<std::uint32_t, std::uint32_t>> due, std::uint32_t index);

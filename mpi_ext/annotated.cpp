@@ -59,7 +59,7 @@ MPI_Datatype header_and(const header* h, const void* buf, int count, MPI_Datatyp
 }  // namespace
 
 int send(context& c, send_op& op, const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm,
-         mdsm_annotation a, send_mode mode) {
+         mdsm_annotation a, send_mode mode, const std::span<const std::byte>* encoded) {
   // `a` is valid: every entry point checked it (checked_annotation).
   static constexpr const char* k_call = "MDSM_Send";
   const bool real_dest = dest != MPI_PROC_NULL && dest >= 0 && dest < c.cs->size;
@@ -76,20 +76,26 @@ int send(context& c, send_op& op, const void* buf, int count, MPI_Datatype type,
     if (peer < 0)
       return raise(comm, errc::rank, detail::cat(k_call, ": rank ", dest, " of the communicator is not in mdsm's job"));
     thread_local net::byte_writer w;
-    w.clear();
-    try {
-      if (a == MDSM_REQUEST) c.rt->engine->encode_request(w);
-      else c.rt->engine->encode_release(peer, a == MDSM_RELEASE, w);
-    } catch (const error& e) {
-      return raise(comm, errc::not_initialized, e.what());
-    }
-    op.h.cinfo_len = static_cast<std::uint32_t>(w.size());
-    stats::add(stats::counter::mpi_cinfo_bytes_sent, w.size());
-    if (w.size() <= k_inline_cinfo) {
-      op.h.inline_cinfo = 1;
-      std::memcpy(op.h.cinfo, w.bytes().data(), w.size());
+    std::span<const std::byte> info;
+    if (encoded != nullptr) {
+      info = *encoded;
     } else {
-      op.cinfo.assign(w.bytes().begin(), w.bytes().end());
+      w.clear();
+      try {
+        if (a == MDSM_REQUEST) c.rt->engine->encode_request(w);
+        else c.rt->engine->encode_release(peer, a == MDSM_RELEASE, w);
+      } catch (const error& e) {
+        return raise(comm, errc::not_initialized, e.what());
+      }
+      info = w.bytes();
+      stats::add(stats::counter::mpi_cinfo_bytes_sent, w.size());
+    }
+    op.h.cinfo_len = static_cast<std::uint32_t>(info.size());
+    if (info.size() <= k_inline_cinfo) {
+      op.h.inline_cinfo = 1;
+      std::memcpy(op.h.cinfo, info.data(), info.size());
+    } else {
+      op.cinfo.assign(info.begin(), info.end());
       op.h.side_tag = side_tags();
       tags = true;
       stats::add(stats::counter::mpi_side_messages);
@@ -132,9 +138,11 @@ int send(context& c, send_op& op, const void* buf, int count, MPI_Datatype type,
     // Header and data in one buffer (per thread for blocking sends: MPI is done with it on return).
     thread_local std::vector<std::byte> scratch;
     std::vector<std::byte>& out = mode == send_mode::nonblocking ? op.packed : scratch;
-    out.resize(sizeof(header) + b.bytes);
-    std::memcpy(out.data(), &op.h, sizeof(header));
-    if (b.bytes != 0) std::memcpy(out.data() + sizeof(header), b.lo, b.bytes);
+    // A NONE message of a few bytes takes the short header (ext.hpp, k_short_header).
+    const std::size_t head = a == MDSM_NONE && b.bytes <= k_short_max ? k_short_header : sizeof(header);
+    out.resize(head + b.bytes);
+    std::memcpy(out.data(), &op.h, head);
+    if (b.bytes != 0) std::memcpy(out.data() + head, b.lo, b.bytes);
     const int n = static_cast<int>(out.size());
     switch (mode) {
       case send_mode::standard:
@@ -248,9 +256,58 @@ bool truncated(int rc) {
 
 namespace {
 
+// Puts `n` bytes of user data, in packed order, into the first n bytes of op's (buf, count,
+// type). For a receive in place, whose message had the short header: it landed in op.h.
+void place_packed(recv_op& op, const std::byte* src, std::size_t n) {
+  if (op.b.contiguous) {
+    std::memcpy(op.b.lo, src, n);
+    return;
+  }
+  int size = 0;
+  MPI_Aint lb = 0, extent = 0;
+  PMPI_Type_size(op.type, &size);
+  PMPI_Type_get_extent(op.type, &lb, &extent);
+  const std::size_t whole = n / static_cast<std::size_t>(size), tail = n % static_cast<std::size_t>(size);
+  int pos = 0;
+  if (whole != 0)
+    PMPI_Unpack(src, static_cast<int>(n), &pos, op.buf, static_cast<int>(whole), op.type, op.c.rt->mpi_ext_comm);
+  if (tail == 0) return;
+  // A partial element (the sender's type differs): the element's other bytes keep their values.
+  std::vector<std::byte> elem(static_cast<std::size_t>(size));
+  void* at = static_cast<std::byte*>(op.buf) + static_cast<std::ptrdiff_t>(whole) * extent;
+  int ppos = 0;
+  PMPI_Pack(at, 1, op.type, elem.data(), size, &ppos, op.c.rt->mpi_ext_comm);
+  std::memcpy(elem.data(), src + whole * static_cast<std::size_t>(size), tail);
+  ppos = 0;
+  PMPI_Unpack(elem.data(), size, &ppos, at, 1, op.type, op.c.rt->mpi_ext_comm);
+}
+
+// A NONE message with the short header (ext.hpp) has arrived, at `raw` (op.packed, or op.h for a
+// receive in place): its data goes to the buffer and nothing follows. MPI saw room for a full
+// header, so a message longer than the buffer is truncated here, as MPI would report it.
+void short_arrived(recv_op& op, const std::byte* raw, int bytes) {
+  const std::size_t sent = static_cast<std::size_t>(bytes - k_short_header);
+  const std::size_t data = std::min(sent, op.b.bytes);
+  if (data != 0) place_packed(op, raw + k_short_header, data);
+  op.h = header{};  // after the copy: raw may be op.h
+  set_received_bytes(&op.status, static_cast<MPI_Count>(data));
+  op.at = recv_op::stage::done;
+  if (sent > op.b.bytes) {
+    op.rc = MPI_ERR_TRUNCATE;
+    PMPI_Comm_call_errhandler(op.comm, op.rc);
+  }
+}
+
 // The data message has arrived: check the header, copy the data out, start the side channel.
 void data_arrived(recv_op& op, bool block) {
   const int bytes = static_cast<int>(net::received_bytes(op.status));
+  if (bytes < k_header) {
+    const std::byte* raw = op.packed.empty() ? reinterpret_cast<const std::byte*>(&op.h) : op.packed.data();
+    if (is_short(raw, bytes)) {
+      short_arrived(op, raw, bytes);
+      return;
+    }
+  }
   if (bytes >= k_header && !op.packed.empty()) std::memcpy(&op.h, op.packed.data(), sizeof(header));
   if (const int rc = check_header(op.h, bytes, op.comm, op.status); rc != MPI_SUCCESS) {
     op.rc = rc;

@@ -53,7 +53,8 @@ std::once_flag g_keyval_once;
 // come back for another communicator).
 std::atomic<std::uint64_t> g_states_freed{0};
 struct last_comm {
-  MPI_Comm comm = MPI_COMM_NULL;
+  // nullptr, not MPI_COMM_NULL (a cast in Open MPI): constant-initialized, so no TLS guard.
+  MPI_Comm comm = nullptr;
   comm_state* cs = nullptr;
   std::uint64_t freed = 0;
 };
@@ -138,17 +139,39 @@ int raise(MPI_Comm comm, errc e, const std::string& message) {
   return code;
 }
 
-context enter(MPI_Comm comm, const char* call) {
+namespace {
+context enter_slow(MPI_Comm comm, const char* call, detail::runtime* rt);
+}
+
+context enter(MPI_Comm comm, const char* call, detail::runtime* rt) {
+  // The common case in a small frame: the runtime known, the same communicator as last time.
+  if (rt != nullptr && comm == t_last.comm && comm != MPI_COMM_NULL &&
+      t_last.freed == g_states_freed.load(std::memory_order_acquire) && t_last.cs->session == rt->session)
+    [[likely]] {
+    context c;
+    c.rt = rt;
+    c.cs = t_last.cs;
+    return c;
+  }
+  return enter_slow(comm, call, rt);
+}
+
+namespace {
+
+[[gnu::noinline]] context enter_slow(MPI_Comm comm, const char* call, detail::runtime* rt) {
   context c;
-  if (!mdsm::initialized()) {
+  c.rt = rt;
+  if (c.rt == nullptr && !mdsm::initialized()) {
     c.rc = raise(comm, errc::not_initialized, detail::cat(call, ": mdsm is not initialized; call mdsm_init first"));
     return c;
   }
-  try {
-    c.rt = &detail::rt();  // rethrows an error a handler deferred
-  } catch (const error& e) {
-    c.rc = raise(comm, errc::not_initialized, e.what());
-    return c;
+  if (c.rt == nullptr) {
+    try {
+      c.rt = &detail::rt();  // rethrows an error a handler deferred
+    } catch (const error& e) {
+      c.rc = raise(comm, errc::not_initialized, e.what());
+      return c;
+    }
   }
   if (comm == MPI_COMM_NULL) {
     c.rc = PMPI_Comm_call_errhandler(MPI_COMM_WORLD, MPI_ERR_COMM);
@@ -183,6 +206,8 @@ context enter(MPI_Comm comm, const char* call) {
   t_last = last_comm{comm, c.cs, g_states_freed.load(std::memory_order_acquire)};
   return c;
 }
+
+}  // namespace
 
 int describe(context& c, MPI_Comm comm, const void* buf, int count, MPI_Datatype type, bool write, buffer& out,
              const char* call) {
@@ -243,8 +268,7 @@ void set_received_bytes(MPI_Status* status, MPI_Count bytes) {
 #endif
 }
 
-int named_size(MPI_Datatype type) {
-  if (type == MPI_BYTE) return 1;  // most messages, without the table's guard
+int named_size_lookup(MPI_Datatype type) {
   struct named {
     MPI_Datatype type;
     int size;

@@ -19,10 +19,13 @@
 #include <mdsm/mdsm_mpi.h>
 
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <deque>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 
 namespace mdsm::mpi_ext {
@@ -50,6 +53,29 @@ struct header {
 };
 static_assert(sizeof(header) == 64);
 inline constexpr int k_header = static_cast<int>(sizeof(header));
+
+// The short header: a NONE message with up to k_short_max bytes of contiguous data carries only
+// the header's first k_short_header bytes (the magic, annotation NONE, zeros) before its data.
+// Such a message is shorter than a full header (8 + 55 < 64) and every other MDSM message is at
+// least as long as one, so its size alone tells it apart: a receive finds the data at offset
+// k_short_header instead of k_header, and a probe's count is its size minus k_short_header,
+// without looking inside. Small messages are where the 56 bytes cost (docs/BENCHMARKS.md).
+inline constexpr int k_short_header = 8;
+inline constexpr std::size_t k_short_max = static_cast<std::size_t>(k_header - k_short_header - 1);
+static_assert(offsetof(header, cinfo_len) == k_short_header);
+// The first `bytes` bytes of a received message at `raw` are a short-header NONE message.
+inline bool is_short(const std::byte* raw, int bytes) {
+  if (bytes < k_short_header || bytes >= k_header) return false;
+  header h;
+  std::memcpy(static_cast<void*>(&h), raw, k_short_header);
+  return h.magic == k_magic && h.annot == MDSM_NONE && h.inline_cinfo == 0 && h.side_data == 0 && h.reserved == 0;
+}
+// The user's bytes a probe reports for a message of `bytes` bytes on the user's communicator
+// (not a header alone: probe.cpp looks into those).
+inline std::size_t probed_data(std::size_t bytes) {
+  if (bytes >= static_cast<std::size_t>(k_header)) return bytes - k_header;
+  return bytes >= static_cast<std::size_t>(k_short_header) ? bytes - k_short_header : 0;
+}
 
 // Up to this many bytes of contiguous user data are copied behind the header into one buffer
 // (sender) or received into one and copied out (receiver); above it, and for non-contiguous
@@ -93,7 +119,8 @@ struct context {
   comm_state* cs = nullptr;
   int rc = MPI_SUCCESS;
 };
-context enter(MPI_Comm comm, const char* call);
+// `rt`: the runtime, when the caller already has it (the fast paths): not looked up again.
+context enter(MPI_Comm comm, const char* call, detail::runtime* rt = nullptr);
 
 // Reports an mdsm error on `comm` the MPI way: the thread's last-error message is set, the
 // communicator's error handler is invoked with one of mdsm's MPI error codes, and the code is
@@ -135,9 +162,11 @@ struct send_op {
   ~send_op();
 };
 // Blocking modes return once the send is complete; nonblocking leaves op.req to complete.
-// Returns an MPI error code (raised on comm).
+// `encoded`: the consistency information, already encoded for `dest` by the caller (the fast
+// path, when it did not fit in the header); it must not be encoded twice, since encoding tells
+// the engine that dest now knows what it carries. Returns an MPI error code (raised on comm).
 int send(context& c, send_op& op, const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm,
-         mdsm_annotation a, send_mode mode);
+         mdsm_annotation a, send_mode mode, const std::span<const std::byte>* encoded = nullptr);
 // Waits for op's requests (a nonblocking send's end). Returns MPI's code, the first error first;
 // a side-channel error is raised on `comm` (the side channel's own errors return).
 int wait_send(const detail::runtime& rt, send_op& op, MPI_Comm comm);
@@ -206,8 +235,9 @@ inline bool may_block(const detail::runtime& rt) { return rt.progress->serving()
 int wait_one(const detail::runtime& rt, MPI_Request* req, MPI_Status* status);
 
 // The size of a predefined datatype most messages use (contiguous, lower bound 0, extent =
-// size), found without asking MPI; 0 for any other datatype.
-int named_size(MPI_Datatype type);
+// size), found without asking MPI; 0 for any other datatype. MPI_BYTE, the most common, inline.
+int named_size_lookup(MPI_Datatype type);
+inline int named_size(MPI_Datatype type) { return type == MPI_BYTE ? 1 : named_size_lookup(type); }
 
 // Sets what MPI_Get_count / MPI_Get_elements report for `status`: `bytes` of user data.
 void set_received_bytes(MPI_Status* status, MPI_Count bytes);

@@ -12,6 +12,8 @@
 #include <cstddef>
 #include <cstring>
 #include <memory>
+#include <new>
+#include <span>
 
 using namespace mdsm::mpi_ext;
 
@@ -58,12 +60,61 @@ mdsm::detail::runtime* fast_eligible(const void* buf, int count, MPI_Datatype ty
 int fast_send_none(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm, bool sync) {
   std::size_t bytes = 0;
   if (fast_eligible(buf, count, type, bytes) == nullptr) return -1;
+  // A few bytes take the short header (ext.hpp): the magic, then zeros (annotation NONE).
+  // Header sizes as constants, so that the stores are inline.
   std::byte* out = t_send_buf.get(sizeof(header) + bytes);
-  // A NONE header: the magic, then zeros (no annotation, no consistency information).
-  std::memset(out, 0, sizeof(header));
-  std::memcpy(out, &k_magic, sizeof k_magic);
-  if (bytes != 0) std::memcpy(out + sizeof(header), buf, bytes);
+  std::size_t head = k_short_header;
+  if (bytes <= k_short_max) [[likely]] {
+    static constexpr header k_none{};  // the magic, annotation NONE, zeros
+    std::memcpy(out, &k_none, k_short_header);
+  } else {
+    head = sizeof(header);
+    std::memset(out, 0, sizeof(header));
+    std::memcpy(out, &k_magic, sizeof k_magic);
+  }
+  if (bytes != 0) std::memcpy(out + head, buf, bytes);
   mdsm::stats::add(mdsm::stats::counter::mpi_sends_none);
+  const int n = static_cast<int>(head + bytes);
+  return sync ? PMPI_Ssend(out, n, MPI_BYTE, dest, tag, comm) : PMPI_Send(out, n, MPI_BYTE, dest, tag, comm);
+}
+
+// REQUEST, RELEASE, RELEASE_NT: the information encoded straight for the header, which takes it
+// whenever it fits (a release that carries nothing the receiver lacks always does, up to ~9
+// ranks); header and data in one buffer, one MPI call. -1: take the general path, decided before
+// anything is encoded (encoding tells the engine the peer now knows what it carries).
+int fast_send_annotated(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm,
+                        mdsm_annotation a, bool sync, const char* call) {
+  std::size_t bytes = 0;
+  mdsm::detail::runtime* rt = fast_eligible(buf, count, type, bytes);
+  if (rt == nullptr) return -1;
+  context c = enter(comm, call, rt);
+  if (c.rc != MPI_SUCCESS) return c.rc;  // raised
+  if (dest < 0 || dest >= c.cs->size) return -1;
+  const int peer = c.cs->mdsm_rank(dest);
+  if (peer < 0) return -1;
+  thread_local mdsm::net::byte_writer w;
+  w.clear();
+  try {
+    if (a == MDSM_REQUEST) rt->engine->encode_request(w);
+    else rt->engine->encode_release(peer, a == MDSM_RELEASE, w);
+  } catch (const mdsm::error& e) {
+    return raise(comm, errc::not_initialized, e.what());
+  }
+  mdsm::stats::add(mdsm::stats::counter::mpi_cinfo_bytes_sent, w.size());
+  if (w.size() > k_inline_cinfo) {  // a second message on the side channel: the general path's
+    const std::span<const std::byte> info = w.bytes();
+    send_op op;  // (send counts the message)
+    return send(c, op, buf, count, type, dest, tag, comm, a, sync ? send_mode::synchronous : send_mode::standard,
+                &info);
+  }
+  mdsm::stats::add(mdsm::stats::by_annotation(mdsm::stats::counter::mpi_sends_none, static_cast<unsigned>(a)));
+  std::byte* out = t_send_buf.get(sizeof(header) + bytes);
+  header* h = new (out) header{};  // unused inline bytes go on the wire zeroed
+  h->annot = static_cast<std::uint8_t>(a);
+  h->inline_cinfo = 1;
+  h->cinfo_len = static_cast<std::uint32_t>(w.size());
+  std::memcpy(h->cinfo, w.bytes().data(), w.size());
+  if (bytes != 0) std::memcpy(out + sizeof(header), buf, bytes);
   const int n = static_cast<int>(sizeof(header) + bytes);
   return sync ? PMPI_Ssend(out, n, MPI_BYTE, dest, tag, comm) : PMPI_Send(out, n, MPI_BYTE, dest, tag, comm);
 }
@@ -72,7 +123,8 @@ int fast_send_none(const void* buf, int count, MPI_Datatype type, int dest, int 
 // the header names one. -1: take the general path.
 int fast_recv(void* buf, int count, MPI_Datatype type, int source, int tag, MPI_Comm comm, MPI_Status* status) {
   std::size_t bytes = 0;
-  if (any_stashed() || fast_eligible(buf, count, type, bytes) == nullptr) return -1;
+  mdsm::detail::runtime* rt = nullptr;
+  if (any_stashed() || (rt = fast_eligible(buf, count, type, bytes)) == nullptr) return -1;
   std::byte* in = t_recv_buf.get(sizeof(header) + bytes);
   MPI_Status st;
   int rc = PMPI_Recv(in, static_cast<int>(sizeof(header) + bytes), MPI_BYTE, source, tag, comm, &st);
@@ -81,21 +133,44 @@ int fast_recv(void* buf, int count, MPI_Datatype type, int source, int tag, MPI_
     return rc;
   }
   const int got = static_cast<int>(mdsm::net::received_bytes(st));
+  if (got < k_header && is_short(in, got)) {  // NONE, short header (ext.hpp): nothing follows
+    const std::size_t sent = static_cast<std::size_t>(got - k_short_header);
+    const std::size_t data = std::min(sent, bytes);
+    if (data != 0) std::memcpy(buf, in + k_short_header, data);
+    set_received_bytes(&st, static_cast<MPI_Count>(data));
+    if (status != MPI_STATUS_IGNORE) *status = st;
+    if (sent <= bytes) return rc;
+    // MPI had room for a full header: the truncation is reported here, as MPI would report it.
+    PMPI_Comm_call_errhandler(comm, MPI_ERR_TRUNCATE);
+    return MPI_ERR_TRUNCATE;
+  }
   // The header's fixed fields first; the whole header only when it carries information.
   header h;
   if (got >= k_header) std::memcpy(static_cast<void*>(&h), in, offsetof(header, cinfo));
   if (got < k_header || h.magic != k_magic || h.annot > MDSM_RELEASE_NT ||
       (h.inline_cinfo && h.cinfo_len > k_inline_cinfo)) [[unlikely]]
     return check_header(h, got, comm, st);
-  if (h.inline_cinfo) std::memcpy(h.cinfo, in + offsetof(header, cinfo), h.cinfo_len);
   // Open MPI 4.1.4 reports a truncated message's whole size: what arrived is what fitted.
   const std::size_t data = std::min(static_cast<std::size_t>(got - k_header), bytes);
   if (data != 0) std::memcpy(buf, in + sizeof h, data);
   set_received_bytes(&st, static_cast<MPI_Count>(data));
   if (h.cinfo_len != 0 || h.side_data) {
+    const context c = enter(comm, "MDSM_Recv", rt);
+    if (c.rc != MPI_SUCCESS) return c.rc;
+    // A release that brings nothing this rank lacks completes here, undecoded (in a message
+    // protocol most do); anything else goes the general way below.
+    if (h.inline_cinfo && !h.side_data && (h.annot == MDSM_RELEASE || h.annot == MDSM_RELEASE_NT)) {
+      const int peer = c.cs->mdsm_rank(st.MPI_SOURCE);
+      if (peer >= 0 && c.rt->engine->acquire_if_current(
+                           peer, std::span<const std::byte>(in + offsetof(header, cinfo), h.cinfo_len))) {
+        mdsm::stats::add(mdsm::stats::counter::mpi_acquires);
+        if (status != MPI_STATUS_IGNORE) *status = st;
+        return rc;
+      }
+    }
+    if (h.inline_cinfo) std::memcpy(h.cinfo, in + offsetof(header, cinfo), h.cinfo_len);
     recv_op op;
-    op.c = enter(comm, "MDSM_Recv");
-    if (op.c.rc != MPI_SUCCESS) return op.c.rc;
+    op.c = c;
     op.h = h;
     op.status = st;
     op.comm = comm;
@@ -120,8 +195,10 @@ int blocking_send(const void* buf, int count, MPI_Datatype type, int dest, int t
   if (const int rc = checked_annotation(given, comm, call, a); rc != MPI_SUCCESS) return rc;
   if (dest == MPI_PROC_NULL)
     return sync ? PMPI_Ssend(buf, count, type, dest, tag, comm) : PMPI_Send(buf, count, type, dest, tag, comm);
-  if (a == MDSM_NONE)
-    if (const int rc = fast_send_none(buf, count, type, dest, tag, comm, sync); rc != -1) return rc;
+  if (const int rc = a == MDSM_NONE ? fast_send_none(buf, count, type, dest, tag, comm, sync)
+                                    : fast_send_annotated(buf, count, type, dest, tag, comm, a, sync, call);
+      rc != -1)
+    return rc;
   context c = enter(comm, call);
   if (c.rc != MPI_SUCCESS) return c.rc;
   if (mdsm::net::current_handler() != nullptr)

@@ -55,7 +55,7 @@ found from_stash(context& c, MPI_Comm comm, int source, int tag, bool block, MPI
     *st = it->status;
     if (!it->received) {  // a whole message, still in MPI: its size tells
       const std::size_t bytes = net::received_bytes(it->status);
-      set_received_bytes(st, static_cast<MPI_Count>(bytes >= k_header ? bytes - k_header : 0));
+      set_received_bytes(st, static_cast<MPI_Count>(probed_data(bytes)));
       return found::yes;
     }
     h = it->h;
@@ -117,8 +117,9 @@ int probe(int source, int tag, MPI_Comm comm, bool block, int* flag, MPI_Status*
     if (rc != MPI_SUCCESS || !*flag) return rc;
     const std::size_t bytes = net::received_bytes(st);
     if (bytes != static_cast<std::size_t>(k_header)) {
-      // The data is in the message (or it is no MDSM message: the receive reports that).
-      set_received_bytes(&st, static_cast<MPI_Count>(bytes >= k_header ? bytes - k_header : 0));
+      // The data is in the message, behind a full or a short header, which its size tells (or it
+      // is no MDSM message: the receive reports that).
+      set_received_bytes(&st, static_cast<MPI_Count>(probed_data(bytes)));
       if (status != MPI_STATUS_IGNORE) *status = st;
       return MPI_SUCCESS;
     }

@@ -96,7 +96,7 @@ const std::vector<unit_run>& engine::hot_set::current_runs() {
   return runs;
 }
 
-bool engine::close_interval_locked() {
+bool engine::close_written_interval_locked() {
   const bool any_hot = hot_count_.load(std::memory_order_acquire) != 0;
   if (!any_dirty_.load(std::memory_order_acquire) && !any_hot) return false;
   const std::uint32_t index = vt_[static_cast<std::size_t>(rank_)] + 1;
@@ -310,6 +310,32 @@ release_info engine::decode_release(int origin, std::span<const std::byte> cinfo
   std::lock_guard lk(meta_);
   learn_locked(origin, info.required);
   return info;
+}
+
+bool engine::acquire_if_current(int origin, std::span<const std::byte> cinfo) {
+  // The encoding of a release that carries nothing (encode_release_locked): u32 n, u32 vt[n],
+  // u32 records = 0, u32 pushed = 0. Anything else, even malformed, is the general path's.
+  const std::size_t n = static_cast<std::size_t>(size_);
+  if (cinfo.size() != (n + 3) * sizeof(std::uint32_t) || origin < 0 || origin >= size_) return false;
+  std::uint32_t width = 0, records = 0, pushed = 0;
+  std::memcpy(&width, cinfo.data(), sizeof width);
+  std::memcpy(&records, cinfo.data() + (n + 1) * sizeof(std::uint32_t), sizeof records);
+  std::memcpy(&pushed, cinfo.data() + (n + 2) * sizeof(std::uint32_t), sizeof pushed);
+  if (width != n || records != 0 || pushed != 0) return false;
+  const std::span<const std::byte> required = cinfo.subspan(sizeof(std::uint32_t), n * sizeof(std::uint32_t));
+  std::lock_guard lk(meta_);
+  // What decode_release learns; the general path, if it follows, learns the same again.
+  if (origin != rank_) known_[static_cast<std::size_t>(origin)].merge_encoded(required);
+  // What begin_acquire then finds (carried_covers_locked with no records): complete iff this
+  // rank already has every interval the origin had. Otherwise the required time names intervals
+  // still in flight to us or forwarded past us, which only the general path fetches.
+  const std::uint32_t* have = vt_.data();
+  for (std::size_t c = 0; c < n; ++c) {
+    std::uint32_t need;
+    std::memcpy(&need, required.data() + c * sizeof need, sizeof need);
+    if (have[c] < need) return false;
+  }
+  return true;
 }
 
 // ---- acquires --------------------------------------------------------------------------------

@@ -72,6 +72,14 @@ class engine {
   // Validates a RELEASE/RELEASE_NT's consistency information, learns the origin's vector time
   // and returns it decoded. Throws MDSM_ERR_MALFORMED.
   release_info decode_release(int origin, std::span<const std::byte> cinfo);
+  // The acquire of a RELEASE/RELEASE_NT that brings nothing new, without decoding it: when
+  // `cinfo` carries no interval record and no pushed diff (encode_release found nothing it
+  // believed `origin` lacked, as in every release of a pure message protocol) and this rank's
+  // vector time already covers the required one, learns the origin's time and returns true: the
+  // acquire is complete, exactly as decode_release + begin_acquire would have completed it
+  // (nothing to apply, nothing to fetch). False for anything else, with nothing changed but that
+  // idempotent learning: the caller then takes the general path (which validates and reports).
+  bool acquire_if_current(int origin, std::span<const std::byte> cinfo);
   // Accepts: applies at once when nothing is missing; otherwise fetches the missing records
   // from the origins and applies everything when they arrive. Never blocks.
   acquire_ptr begin_acquire(std::vector<release_info> infos);
@@ -119,7 +127,13 @@ class engine {
 
  private:
   // engine.cpp: intervals and acquires
-  bool close_interval_locked();
+  // Closes the open interval if anything was written in it (or a unit is hot); true if it made
+  // a record. Inline test first: most releases of a message protocol close nothing.
+  bool close_interval_locked() {
+    if (!any_dirty_.load(std::memory_order_acquire) && hot_count_.load(std::memory_order_acquire) == 0) return false;
+    return close_written_interval_locked();
+  }
+  bool close_written_interval_locked();
   void encode_release_locked(int dest, bool transitive, net::byte_writer& out);  // takes meta_
   // The hot units whose check falls due at the close of interval `index`: (unit, check interval).
   void check_hot_locked(std::vector<std::pair<std::uint32_t, std::uint32_t>> due, std::uint32_t index);

@@ -6,6 +6,7 @@
 #include "common/deferred.hpp"
 #include "common/env.hpp"
 #include "common/wait_subject.hpp"
+#include "os/vm.hpp"
 #include "stats/counters.hpp"
 
 #include <algorithm>
@@ -199,7 +200,9 @@ one_sided::op_ptr one_sided::get(void* dst, int rank, const void* src, std::size
   } else {
     op->dst = static_cast<std::byte*>(dst);
   }
-  if (n >= body_min_ && n <= k_body_max && (op->tag = claim_tag()) >= 0) {
+  const bool aligned = reinterpret_cast<std::uintptr_t>(op->dst) % os::page_size() == 0;
+  const std::size_t body_min = aligned ? body_min_ : std::max<std::size_t>(body_min_, k_body_min_unaligned_get);
+  if (n >= body_min && n <= k_body_max && (op->tag = claim_tag()) >= 0) {
     // The bytes come as one MPI message straight into dst (or the staging buffer).
     op->remaining.store(1, std::memory_order_relaxed);
     if (PMPI_Irecv(op->dst, static_cast<int>(n), MPI_BYTE, rank, op->tag, body_comm_, &op->body) != MPI_SUCCESS) {

@@ -21,7 +21,8 @@
 //                                               tag `tag` of body_comm_ (no reply frame)
 //
 // Large transfers (k_body_min .. k_body_max bytes, local buffer outside the coherent region; the
-// lower bound is MDSM_NONCOHERENT_BODY_MIN, where a huge value turns bodies off) move
+// lower bound is MDSM_NONCOHERENT_BODY_MIN, where a huge value turns bodies off, and at least
+// k_body_min_unaligned_get for a get into a destination that is not page aligned) move
 // their bytes as one MPI message between the user's buffer and the region (a body), so MPI copies
 // them once (one CMA copy on one host) instead of three times through frames. The origin posts
 // its side first (MPI_Isend of a put's source, MPI_Irecv into a get's destination), then sends the
@@ -89,7 +90,11 @@ namespace mdsm::regions {
 class one_sided {
  public:
   static constexpr std::size_t k_chunk_bytes = std::size_t{256} << 10;
-  static constexpr std::size_t k_body_min = std::size_t{64} << 10;
+  // Bodies from 4 KiB (above vader's eager limit a frame takes a rendezvous anyway), except for
+  // a get into a destination that is not page aligned: Open MPI receives a body there at a
+  // quarter of the speed (BENCHMARKS.md), so such gets take frames below 64 KiB.
+  static constexpr std::size_t k_body_min = std::size_t{4} << 10;
+  static constexpr std::size_t k_body_min_unaligned_get = std::size_t{64} << 10;
   static constexpr std::size_t k_body_max = std::size_t{1} << 30;  // MPI counts are int
   static constexpr int k_tags = 32767;                              // MPI_TAG_UB is at least this
   enum op : std::uint32_t {

@@ -532,9 +532,25 @@ TEST_CASE("noncoherent: the statistics count each operation, its bytes and the b
   CHECK(stat("nc_puts") - puts == 2);
   CHECK(stat("nc_put_bytes") - put_bytes == 40 + big);
   CHECK(stat("nc_atomics") - atomics == 2);
-  // 1 MiB is above the 64 KiB default; the framed-path run sets MDSM_NONCOHERENT_BODY_MIN=1T.
+  // 1 MiB is above the 4 KiB default (and the 64 KiB floor for gets into memory that is not page
+  // aligned); the framed-path run sets MDSM_NONCOHERENT_BODY_MIN=1T.
   const bool framed = std::getenv("MDSM_NONCOHERENT_BODY_MIN") != nullptr;
   CHECK(stat("nc_bodies") - bodies == (next == me || framed ? 0u : 2u));
+  // 8 KiB: a body for the put and for the get into page-aligned memory; frames for the get into
+  // memory 16 bytes past a page boundary. The bytes are right either way.
+  {
+    constexpr std::size_t mid = 8192;
+    auto* buf = static_cast<std::byte*>(std::aligned_alloc(4096, 3 * mid));
+    for (std::size_t i = 0; i < mid; ++i) buf[i] = static_cast<std::byte>((i * 7 + static_cast<std::size_t>(me)) & 0xff);
+    const auto b0 = stat("nc_bodies");
+    mdsm::put(next, region, buf, mid);
+    mdsm::get(buf + mid, next, region, mid);
+    mdsm::get(buf + 2 * mid + 16, next, region, mid - 16);
+    CHECK(stat("nc_bodies") - b0 == (next == me || framed ? 0u : 2u));
+    CHECK(std::memcmp(buf + mid, buf, mid) == 0);
+    CHECK(std::memcmp(buf + 2 * mid + 16, buf, mid - 16) == 0);
+    std::free(buf);
+  }
   world_barrier();
   mdsm::nc_free_collective(region);
 }

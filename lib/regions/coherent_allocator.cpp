@@ -83,11 +83,7 @@ coherent_allocator::coherent_allocator(coherence::engine& e, messages::endpoint&
     const int owner = m.origin();
     const auto run = grant(req.need, req.want, owner);
     const claim_reply reply{req.ticket, run ? run->first : 0, run ? run->second : 0};
-    if (run) {
-      const claim_notice notice{req.ticket, run->first, run->second, owner, 0};
-      for (int q = 1; q < engine_.size(); ++q)
-        if (q != owner) endpoint_.send(q, claim_notice_, std::as_bytes(std::span(&notice, 1)), annotation::none);
-    }
+    if (run) announce(req.ticket, run->first, run->second, owner);
     endpoint_.send(owner, claim_reply_, std::as_bytes(std::span(&reply, 1)), annotation::none);
   });
   claim_reply_ = ep.register_handler("mdsm.regions.claim_reply", [claim_of](message& m) {
@@ -134,19 +130,35 @@ std::optional<std::pair<std::uintptr_t, std::size_t>> coherent_allocator::grant(
   return std::pair{addr_of(region_.app_unit(unit)), std::size_t{units} * region_.unit()};
 }
 
-std::size_t coherent_allocator::claim_size(std::size_t bytes, std::size_t claimed) const {
-  // An eighth of what the arena has claimed so far, at least: a program that allocates in many
-  // small steps claims O(log) times, and the last claim wastes at most an eighth of its size.
-  return std::max(bytes, claimed / 8);
+void coherent_allocator::announce(std::uint64_t ticket, std::uintptr_t at, std::size_t bytes, int owner) {
+  const claim_notice notice{ticket, at, bytes, owner, 0};
+  for (int q = 1; q < engine_.size(); ++q)
+    if (q != notice.owner) endpoint_.send(q, claim_notice_, std::as_bytes(std::span(&notice, 1)), annotation::none);
+}
+
+std::pair<std::size_t, std::size_t> coherent_allocator::claim_bounds(std::size_t bytes, const std::size_t& claimed) {
+  std::size_t before;
+  {
+    std::lock_guard lk(mutex_);
+    before = claimed;
+  }
+  // At least the allocation with its alignment; if there is room, an eighth of what the arena
+  // has claimed so far: a program that allocates in many small steps claims O(log) times, and
+  // the last claim wastes at most an eighth of its size.
+  const std::size_t need = bytes + alignment_for(bytes);
+  return {need, std::max(need, before / 8)};
+}
+
+void coherent_allocator::adopt(arena& a, std::size_t& claimed, std::uintptr_t at, std::size_t bytes, int owner) {
+  region_.set_chunk_owner(region_.unit_of(reinterpret_cast<void*>(at)), static_cast<std::uint32_t>(bytes / region_.unit()),
+                          owner);
+  std::lock_guard lk(mutex_);
+  a.grow(at, bytes);
+  claimed += bytes;
 }
 
 bool coherent_allocator::claim_own(std::size_t bytes) {
-  std::size_t claimed;
-  {
-    std::lock_guard lk(mutex_);
-    claimed = own_claimed_;
-  }
-  const std::size_t need = bytes + alignment_for(bytes), want = claim_size(need, claimed);
+  const auto [need, want] = claim_bounds(bytes, own_claimed_);
   const int me = engine_.rank();
   auto pending = std::make_shared<pending_claim>();
   std::uint64_t ticket;
@@ -167,9 +179,7 @@ bool coherent_allocator::claim_own(std::size_t bytes) {
     if (auto run = grant(need, want, me)) {
       pending->addr = run->first;
       pending->bytes = run->second;
-      const claim_notice notice{ticket, run->first, run->second, me, 0};
-      for (int q = 1; q < engine_.size(); ++q)
-        endpoint_.send(q, claim_notice_, std::as_bytes(std::span(&notice, 1)), annotation::none);
+      announce(ticket, run->first, run->second, me);
     }
   } else {
     const claim_request req{ticket, need, want};
@@ -180,21 +190,12 @@ bool coherent_allocator::claim_own(std::size_t bytes) {
   // Every rank but rank 0 and this one acknowledges the run once it has recorded it.
   const int acks = engine_.size() - (me == 0 ? 1 : 2);
   endpoint_.progress().wait_until([&] { return pending->acks.load(std::memory_order_acquire) >= acks; });
-  auto* first = reinterpret_cast<void*>(pending->addr);
-  region_.set_chunk_owner(region_.unit_of(first), static_cast<std::uint32_t>(pending->bytes / region_.unit()), me);
-  std::lock_guard lk(mutex_);
-  own_.grow(pending->addr, pending->bytes);
-  own_claimed_ += pending->bytes;
+  adopt(own_, own_claimed_, pending->addr, pending->bytes, me);
   return true;
 }
 
 bool coherent_allocator::claim_collective(std::size_t bytes) {
-  std::size_t claimed;
-  {
-    std::lock_guard lk(mutex_);
-    claimed = collective_claimed_;
-  }
-  const std::size_t need = bytes + alignment_for(bytes), want = claim_size(need, claimed);
+  const auto [need, want] = claim_bounds(bytes, collective_claimed_);
   std::uint64_t run[2] = {0, 0};  // address, bytes
   if (engine_.rank() == 0)
     if (auto r = grant(need, want, coherence::region_map::k_collective)) {
@@ -202,13 +203,8 @@ bool coherent_allocator::claim_collective(std::size_t bytes) {
       run[1] = r->second;
     }
   values_of_rank0(endpoint_.transport(), endpoint_.progress(), run, "alloc_collective");
-  const std::uint64_t at = run[0], size = run[1];
-  if (at == 0) return false;
-  region_.set_chunk_owner(region_.unit_of(reinterpret_cast<void*>(at)), static_cast<std::uint32_t>(size / region_.unit()),
-                          coherence::region_map::k_collective);
-  std::lock_guard lk(mutex_);
-  collective_.grow(at, size);
-  collective_claimed_ += size;
+  if (run[0] == 0) return false;
+  adopt(collective_, collective_claimed_, run[0], run[1], coherence::region_map::k_collective);
   return true;
 }
 

@@ -59,9 +59,14 @@ class coherent_allocator {
   // bytes, `want` if there is room for it: its first address and size, or nullopt when the pool
   // has no such run. Rank 0 only (the pool's keeper); any thread.
   std::optional<std::pair<std::uintptr_t, std::size_t>> grant(std::size_t need, std::size_t want, int owner);
-  // How many bytes to ask the pool for, for an allocation of `bytes` into an arena that has
-  // `claimed` bytes of the pool already: the allocation, or more, so that claims stay few.
-  std::size_t claim_size(std::size_t bytes, std::size_t claimed) const;
+  // (need, want) for grant, for an allocation of `bytes` into an arena that has `claimed`
+  // (guarded by mutex_) bytes of the pool already: the allocation, or more, so claims stay few.
+  std::pair<std::size_t, std::size_t> claim_bounds(std::size_t bytes, const std::size_t& claimed);
+  // Tells every rank but rank 0 and the run's owner about a granted run (they acknowledge to
+  // the owner).
+  void announce(std::uint64_t ticket, std::uintptr_t at, std::size_t bytes, int owner);
+  // This rank records the run's owner and adds the run to `a`, counting it in `claimed`.
+  void adopt(arena& a, std::size_t& claimed, std::uintptr_t at, std::size_t bytes, int owner);
   // Grows own_ by a run of the pool of at least `bytes` (mutex_ not held); false when the pool
   // has no room.
   bool claim_own(std::size_t bytes);

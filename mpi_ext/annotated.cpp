@@ -58,6 +58,18 @@ MPI_Datatype header_and(const header* h, const void* buf, int count, MPI_Datatyp
 
 }  // namespace
 
+int encode_cinfo(detail::runtime& rt, int peer, mdsm_annotation a, net::byte_writer& w, MPI_Comm comm) {
+  w.clear();
+  try {
+    if (a == MDSM_REQUEST) rt.engine->encode_request(w);
+    else rt.engine->encode_release(peer, a == MDSM_RELEASE, w);
+  } catch (const error& e) {
+    return raise(comm, errc::not_initialized, e.what());
+  }
+  stats::add(stats::counter::mpi_cinfo_bytes_sent, w.size());
+  return MPI_SUCCESS;
+}
+
 int send(context& c, send_op& op, const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm,
          mdsm_annotation a, send_mode mode, const std::span<const std::byte>* encoded) {
   // `a` is valid: every entry point checked it (checked_annotation).
@@ -80,15 +92,8 @@ int send(context& c, send_op& op, const void* buf, int count, MPI_Datatype type,
     if (encoded != nullptr) {
       info = *encoded;
     } else {
-      w.clear();
-      try {
-        if (a == MDSM_REQUEST) c.rt->engine->encode_request(w);
-        else c.rt->engine->encode_release(peer, a == MDSM_RELEASE, w);
-      } catch (const error& e) {
-        return raise(comm, errc::not_initialized, e.what());
-      }
+      if (const int rc = encode_cinfo(*c.rt, peer, a, w, comm); rc != MPI_SUCCESS) return rc;
       info = w.bytes();
-      stats::add(stats::counter::mpi_cinfo_bytes_sent, w.size());
     }
     op.h.cinfo_len = static_cast<std::uint32_t>(info.size());
     if (info.size() <= k_inline_cinfo) {

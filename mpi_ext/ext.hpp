@@ -161,6 +161,10 @@ struct send_op {
   send_op& operator=(const send_op&) = delete;
   ~send_op();
 };
+// Encodes the consistency information of an `a` (REQUEST, RELEASE, RELEASE_NT) message to
+// mdsm rank `peer` into `w` (cleared first) and counts its bytes. MPI_SUCCESS, or an error code
+// raised on comm.
+int encode_cinfo(detail::runtime& rt, int peer, mdsm_annotation a, net::byte_writer& w, MPI_Comm comm);
 // Blocking modes return once the send is complete; nonblocking leaves op.req to complete.
 // `encoded`: the consistency information, already encoded for `dest` by the caller (the fast
 // path, when it did not fit in the header); it must not be encoded twice, since encoding tells

@@ -93,14 +93,7 @@ int fast_send_annotated(const void* buf, int count, MPI_Datatype type, int dest,
   const int peer = c.cs->mdsm_rank(dest);
   if (peer < 0) return -1;
   thread_local mdsm::net::byte_writer w;
-  w.clear();
-  try {
-    if (a == MDSM_REQUEST) rt->engine->encode_request(w);
-    else rt->engine->encode_release(peer, a == MDSM_RELEASE, w);
-  } catch (const mdsm::error& e) {
-    return raise(comm, errc::not_initialized, e.what());
-  }
-  mdsm::stats::add(mdsm::stats::counter::mpi_cinfo_bytes_sent, w.size());
+  if (const int rc = encode_cinfo(*rt, peer, a, w, comm); rc != MPI_SUCCESS) return rc;
   if (w.size() > k_inline_cinfo) {  // a second message on the side channel: the general path's
     const std::span<const std::byte> info = w.bytes();
     send_op op;  // (send counts the message)

@@ -208,6 +208,15 @@ void endpoint::deliver_annotated(const net::inbound_frame& f, const detail::hand
       return run_handler(in);
     case annotation::release:
     case annotation::release_nt: {
+      // A release that brings nothing this rank lacks (in a message protocol most do: the
+      // messages go back and forth, each side current with the other) is complete on arrival:
+      // nothing to decode, and accepting it, now or once stored, has nothing to wait for.
+      // in.release stays null; forward sends the frame, which still carries it whole.
+      if (engine_.acquire_if_current(f.header.origin, f.cinfo())) {
+        stats::add(stats::counter::msgs_current);
+        count_received(a);
+        return run_handler(in);
+      }
       coherence::release_info info = engine_.decode_release(f.header.origin, f.cinfo());
       in.release = &info;
       count_received(a);
@@ -228,8 +237,8 @@ void mark_disposed(bool& disposed, const std::string& handler, const char* op) {
 
 void endpoint::accept(detail::inbound& in) {
   mark_disposed(in.disposed, in.entry.name, "accept");
+  if (needs_disposal(in.annot())) stats::add(stats::counter::msgs_accepted);
   if (in.release) {
-    stats::add(stats::counter::msgs_accepted);
     engine_.begin_acquire(std::move(*in.release));  // handler context: completes asynchronously
     in.release = nullptr;
   }
@@ -260,8 +269,8 @@ std::unique_ptr<detail::stored> endpoint::store(detail::inbound& in) {
 
 void endpoint::accept(detail::stored& s) {
   mark_disposed(s.disposed, s.entry->name, "accept");
+  if (needs_disposal(s.annot)) stats::add(stats::counter::msgs_accepted);
   if (!s.release) return;
-  stats::add(stats::counter::msgs_accepted);
   auto acq = engine_.begin_acquire(std::move(*s.release));
   s.release.reset();
   if (net::current_handler() == nullptr) engine_.wait_acquire(acq);
@@ -278,8 +287,8 @@ void endpoint::accept_all(const std::vector<detail::stored*>& group) {
   std::vector<coherence::release_info> infos;
   for (detail::stored* s : group) {
     s->disposed = true;
+    if (needs_disposal(s->annot)) stats::add(stats::counter::msgs_accepted);
     if (!s->release) continue;
-    stats::add(stats::counter::msgs_accepted);
     infos.push_back(std::move(*s->release));
     s->release.reset();
   }

@@ -49,6 +49,7 @@ namespace mdsm::stats {
   X(msgs_stored, count, "messages stored by a handler")                                          \
   X(msgs_discarded, count, "stored messages discarded (their consistency given up)")              \
   X(msgs_accepted, count, "RELEASE/RELEASE_NT messages accepted")                                \
+  X(msgs_current, count, "RELEASE/RELEASE_NT messages that brought nothing new (no acquire)")    \
   X(mpi_sends_none, count, "MDSM_ MPI sends (mpi_ext), NONE")                                     \
   X(mpi_sends_request, count, "MDSM_ MPI sends, REQUEST")                                        \
   X(mpi_sends_release, count, "MDSM_ MPI sends, RELEASE")                                        \

@@ -388,6 +388,69 @@ TEST_CASE("a discarded stored RELEASE gives up its consistency; later acquires s
   b.arrive_and_wait();
 }
 
+TEST_CASE("a RELEASE that brings nothing new completes on arrival; stored, accepted or forwarded it stays whole",
+          "[mpi][np2+]") {
+  // Rank 0 writes x and sends rank 1 a RELEASE: new to rank 1, which acquires it. Rank 0 then
+  // sends two more without writing: rank 1 has every interval they carry, so they complete on
+  // arrival (msgs_current) and their accept has nothing to do. The third is forwarded to rank 2,
+  // which never acquired from rank 0: the frame still carries rank 0's consistency whole, so
+  // rank 2 must acquire it and see x.
+  session s;
+  const int me = mdsm::rank(), n = mdsm::size();
+  int* x = mdsm::alloc_collective_array<int>(1024);
+  std::mutex mu;
+  std::vector<mdsm::stored_message> kept;
+  auto keep_h = mdsm::register_handler("test.current", [&](mdsm::message& m) {
+    std::lock_guard lk(mu);
+    kept.push_back(m.store());
+  });
+  auto wait_kept = [&](std::size_t count) {
+    mdsm::wait_until([&] {
+      std::lock_guard lk(mu);
+      return kept.size() == count;
+    });
+  };
+  if (me == 0) {
+    *x = 5;
+    mdsm::send_value(1, keep_h, 1, annotation::release);
+  } else if (me == 1) {
+    wait_kept(1);
+    std::lock_guard lk(mu);
+    CHECK(stat("msgs_current") == 0);
+    kept[0].accept();
+    CHECK(*x == 5);
+  }
+  world_barrier();  // plain MPI: no acquire on the way
+  if (me == 0) {
+    mdsm::send_value(1, keep_h, 2, annotation::release);
+    mdsm::send_value(1, keep_h, 3, annotation::release_nt);
+  } else if (me == 1) {
+    wait_kept(3);
+    std::lock_guard lk(mu);
+    CHECK(stat("msgs_current") == 2);
+    CHECK(kept[1].as<int>() == 2);
+    kept[1].accept();
+    CHECK(kept[1].disposed());
+    if (n >= 3) kept[2].forward(2);
+    else kept[2].accept();
+    CHECK(kept[2].disposed());
+    CHECK(*x == 5);
+  } else if (me == 2) {
+    wait_kept(1);
+    std::lock_guard lk(mu);
+    CHECK(kept[0].origin() == 0);
+    CHECK(kept[0].source() == 1);
+    CHECK(kept[0].as<int>() == 3);
+    CHECK(stat("msgs_current") == 0);  // rank 2 lacked rank 0's interval
+    kept[0].accept();
+    CHECK(*x == 5);
+  }
+  world_barrier();
+  CHECK(stat("msgs_accepted") == (me == 1 ? (n >= 3 ? 2u : 3u) : me == 2 ? 1u : 0u));
+  std::lock_guard lk(mu);
+  kept.clear();
+}
+
 namespace {
 struct c_kept {
   std::atomic<mdsm_stored*> stored{nullptr};

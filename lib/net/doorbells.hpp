@@ -85,6 +85,8 @@ class doorbells {
   void wake_own() noexcept;
 
   bool available() const noexcept { return mine_ != nullptr; }
+  // `rank` is on this host (it has a bell here; so does this rank).
+  bool on_host(int rank) const noexcept { return slots_[static_cast<std::size_t>(rank)] != nullptr; }
   // Every rank of the communicator is on this host and has a bell: a request from any of them
   // wakes this rank's napping progress thread at once.
   bool cover_every_rank() const noexcept {

@@ -11,8 +11,12 @@
 
 #include <algorithm>
 #include <array>
+#include <cerrno>
 #include <cstring>
+#include <random>
 #include <string>
+#include <sys/uio.h>
+#include <unistd.h>
 
 namespace mdsm::regions {
 
@@ -41,7 +45,50 @@ one_sided::one_sided(net::transport& t, net::progress& p, noncoherent_region& r,
   if (PMPI_Comm_dup(transport_.collective_comm(), &body_comm_) != MPI_SUCCESS)
     detail::fail(MDSM_ERR_MPI, "MPI_Comm_dup failed while setting up the non-coherent region");
   MPI_Comm_set_errhandler(body_comm_, MPI_ERRORS_RETURN);
+  framed_ = std::make_unique<std::atomic<std::uint32_t>[]>(static_cast<std::size_t>(transport_.size()));
+  probe_direct();
   transport_.set_handler(net::channel::noncoherent, &one_sided::on_frame, this);
+}
+
+void one_sided::probe_direct() {
+  const auto size = static_cast<std::size_t>(transport_.size());
+  direct_.assign(size, 0);
+  pids_.assign(size, 0);
+  // What each rank publishes: its pid, and the address and value of a nonce in its memory.
+  static std::uint64_t nonce = 0;
+  nonce = std::random_device{}() | (std::uint64_t{std::random_device{}()} << 32) | 1;
+  const std::uint64_t mine[3] = {static_cast<std::uint64_t>(::getpid()), addr_of(&nonce), nonce};
+  std::vector<std::uint64_t> all(3 * size);
+  if (PMPI_Allgather(mine, 3, MPI_UINT64_T, all.data(), 3, MPI_UINT64_T, transport_.collective_comm()) != MPI_SUCCESS)
+    detail::fail(MDSM_ERR_MPI, "MPI_Allgather failed while setting up the non-coherent region");
+  if (detail::env_uint("MDSM_NONCOHERENT_DIRECT", 1) == 0) return;
+  for (std::size_t r = 0; r < size; ++r) {
+    if (static_cast<int>(r) == rank_ || !transport_.bells().on_host(static_cast<int>(r))) continue;
+    pids_[r] = static_cast<int>(all[3 * r]);
+    std::uint64_t seen = 0;
+    iovec local{&seen, sizeof seen}, remote{ptr_of(all[3 * r + 1]), sizeof seen};
+    direct_[r] = process_vm_readv(pids_[r], &local, 1, &remote, 1, 0) == static_cast<ssize_t>(sizeof seen) &&
+                 seen == all[3 * r + 2];
+  }
+}
+
+bool one_sided::copy_direct(int rank, void* local, void* remote, std::size_t n, bool write) {
+  if (!direct_[static_cast<std::size_t>(rank)] ||
+      framed_[static_cast<std::size_t>(rank)].load(std::memory_order_acquire) != 0)
+    return false;
+  auto* l = static_cast<std::byte*>(local);
+  auto* r = static_cast<std::byte*>(remote);
+  while (n != 0) {  // the kernel may move less than asked (at most what one call takes)
+    iovec li{l, n}, ri{r, n};
+    const ssize_t got = write ? process_vm_writev(pids_[static_cast<std::size_t>(rank)], &li, 1, &ri, 1, 0)
+                              : process_vm_readv(pids_[static_cast<std::size_t>(rank)], &li, 1, &ri, 1, 0);
+    if (got <= 0) return false;  // EFAULT on a local page without access, say: messages do it
+    l += got;
+    r += got;
+    n -= static_cast<std::size_t>(got);
+  }
+  stats::add(stats::counter::nc_direct);
+  return true;
 }
 
 one_sided::~one_sided() {
@@ -128,7 +175,7 @@ void one_sided::retire_bodies() {
     bodies_.pop_back();
     bodies_in_flight_.fetch_sub(1, std::memory_order_relaxed);
     release_tag(op->tag);
-    op->remaining.fetch_sub(1, std::memory_order_release);  // the bytes are where they belong
+    complete_part(*op);  // the bytes are where they belong
   }
   for (std::size_t i = 0; i < sends_.size();) {
     int done = 0;
@@ -200,6 +247,7 @@ one_sided::op_ptr one_sided::get(void* dst, int rank, const void* src, std::size
   } else {
     op->dst = static_cast<std::byte*>(dst);
   }
+  if (copy_direct(rank, op->dst, const_cast<void*>(src), n, false)) return op;  // finish() copies a staged get
   const bool aligned = reinterpret_cast<std::uintptr_t>(op->dst) % os::page_size() == 0;
   const std::size_t body_min = aligned ? body_min_ : std::max<std::size_t>(body_min_, k_body_min_unaligned_get);
   if (n >= body_min && n <= k_body_max && (op->tag = claim_tag()) >= 0) {
@@ -209,6 +257,7 @@ one_sided::op_ptr one_sided::get(void* dst, int rank, const void* src, std::size
       release_tag(op->tag);
       detail::fail(MDSM_ERR_MPI, "get: MPI_Irecv for its bytes failed");
     }
+    start_framed(rank);
     add_body(op);
     stats::add(stats::counter::nc_bodies);
     const auto fields = words(addr_of(src), n, op->tag);
@@ -217,6 +266,7 @@ one_sided::op_ptr one_sided::get(void* dst, int rank, const void* src, std::size
     return op;
   }
   op->remaining.store(static_cast<std::uint32_t>(chunks(n)), std::memory_order_relaxed);
+  start_framed(rank);
   const std::uint32_t token = track(op);
   const auto fields = words(addr_of(src), n);
   send(rank, op_get, token, std::as_bytes(std::span(fields)));
@@ -236,9 +286,20 @@ one_sided::op_ptr one_sided::put(int rank, void* dst, const void* src, std::size
     std::memmove(dst, src, n);
     return op;
   }
-  // A source in coherent memory is read by memcpy on this thread (its pages may need faults), not
-  // by MPI: it takes the framed path.
-  if (n >= body_min_ && n <= k_body_max && !coherent_overlap(src, n) && (op->tag = claim_tag()) >= 0) {
+  // A source in coherent memory is copied first, here, where its pages may fault: neither the
+  // kernel (a direct copy) nor MPI can read a page without access, and a fault while the transport
+  // builds a frame from it would send the fetch's requests from the middle of that frame's
+  // construction (this thread's staging buffer). The copy lives with the request.
+  if (coherent_overlap(src, n)) {
+    const auto* from = static_cast<const std::byte*>(src);
+    op->staged.assign(from, from + n);
+    src = op->staged.data();
+  }
+  if (copy_direct(rank, const_cast<void*>(src), dst, n, true)) {
+    std::vector<std::byte>().swap(op->staged);
+    return op;
+  }
+  if (n >= body_min_ && n <= k_body_max && (op->tag = claim_tag()) >= 0) {
     // The bytes go as one MPI message from src; the ack says they are in place.
     op->remaining.store(2, std::memory_order_relaxed);  // the ack, and the body's completion
     const std::uint32_t token = track(op);
@@ -247,6 +308,7 @@ one_sided::op_ptr one_sided::put(int rank, void* dst, const void* src, std::size
       release_tag(op->tag);
       detail::fail(MDSM_ERR_MPI, "put: MPI_Isend of its bytes failed");
     }
+    start_framed(rank);
     add_body(op);
     stats::add(stats::counter::nc_bodies);
     const auto fields = words(addr_of(dst), n, op->tag);
@@ -255,6 +317,7 @@ one_sided::op_ptr one_sided::put(int rank, void* dst, const void* src, std::size
     return op;
   }
   op->remaining.store(1, std::memory_order_relaxed);
+  start_framed(rank);
   const std::uint32_t token = track(op);
   const auto* from = static_cast<const std::byte*>(src);
   for (std::size_t off = 0; off < n; off += k_chunk_bytes) {
@@ -288,6 +351,7 @@ one_sided::op_ptr one_sided::atomic(std::uint32_t code, const char* what, int ra
     return op;
   }
   op->remaining.store(1, std::memory_order_relaxed);
+  start_framed(rank);
   const std::uint32_t token = track(op);
   if (code == op_fetch_add) {
     const auto fields = words(addr_of(word), a);
@@ -363,6 +427,7 @@ void one_sided::free(void* p) {
   }
   op_ptr op = start("nc_free", owner, 0);
   op->remaining.store(1, std::memory_order_relaxed);
+  start_framed(owner);
   const std::uint32_t token = track(op);
   const auto fields = words(addr_of(p));
   send(owner, op_free, token, std::as_bytes(std::span(fields)));
@@ -478,7 +543,7 @@ void one_sided::take_get_reply(const net::inbound_frame& f) {
   std::memcpy(op->dst + off, bytes.data(), bytes.size());
   // Replies are taken one at a time (the progress lock), so the last one is known here.
   if (op->remaining.load(std::memory_order_relaxed) == 1) forget(f.header.token);
-  op->remaining.fetch_sub(1, std::memory_order_release);
+  complete_part(*op);
 }
 
 void one_sided::take_reply(const net::inbound_frame& f) {
@@ -494,7 +559,7 @@ void one_sided::take_reply(const net::inbound_frame& f) {
     wire::decode_put_ack(f.payload());
   }
   forget(f.header.token);
-  op->remaining.fetch_sub(1, std::memory_order_release);  // a put with a body also waits for it
+  complete_part(*op);  // a put with a body also waits for it
 }
 
 }  // namespace mdsm::regions

@@ -20,7 +20,8 @@
 //   op_get_body       addr, len, tag            the target sends the bytes as one MPI message on
 //                                               tag `tag` of body_comm_ (no reply frame)
 //
-// Large transfers (k_body_min .. k_body_max bytes, local buffer outside the coherent region; the
+// Large transfers (k_body_min .. k_body_max bytes; a coherent local buffer is staged in a private
+// copy first, so MPI never reads or writes the coherent region; the
 // lower bound is MDSM_NONCOHERENT_BODY_MIN, where a huge value turns bodies off, and at least
 // k_body_min_unaligned_get for a get into a destination that is not page aligned) move
 // their bytes as one MPI message between the user's buffer and the region (a body), so MPI copies
@@ -37,6 +38,17 @@
 // no frame approaches the transport's frame limit and a transfer flows under the credit window.
 // Frames of one sender arrive in order, so a put's chunks are applied before its ack, and the
 // operations one thread issues to one rank are applied in issue order.
+//
+// Direct copies (a target on this host): a get or put is one process_vm_readv/writev between the
+// local buffer and the target's region, by the calling thread, complete when it returns; the
+// target's threads take no part (its application is never interrupted for it). Where the kernel
+// refuses (another user, ptrace restrictions, MDSM_NONCOHERENT_DIRECT=0; or midway, on a local
+// page it cannot access), or an operation of this rank to the same target still travels as
+// messages (issue order: it must be applied first), the operation takes the message path below.
+// The kernel never sees coherent memory: a get into it lands in `staged`, a put from it is copied
+// there first (a fault on this thread fetches its pages). Whether a rank of this host can be
+// reached so is probed at start-up: read a nonce the rank published, from the process whose pid
+// it published (so a pid that names another process, as in another pid namespace, fails).
 //
 // Local target (rank == this rank): a plain memmove or a hardware atomic on the word, at once.
 // Atomics at the target are hardware atomics (std::atomic_ref) too, so remote and local atomics
@@ -75,7 +87,7 @@ struct nc_operation {
   // A get into coherent memory: the replies land in `staged` (a handler must not write coherent
   // memory) and the application thread that completes the request copies them to coherent_dst.
   std::byte* coherent_dst = nullptr;
-  std::vector<std::byte> staged;  // also a failed remote free's message
+  std::vector<std::byte> staged;  // also a put's copy of a coherent source, a failed remote free's message
   bool finished = false;           // the owner's side is done (the copy made)
   MPI_Request body = MPI_REQUEST_NULL;  // a body in flight (retire_bodies completes it)
   int tag = -1;                         // its tag on body_comm_
@@ -159,6 +171,18 @@ class one_sided {
     if (bodies_in_flight_.load(std::memory_order_acquire) != 0) retire_bodies();
   }
   bool coherent_overlap(const void* p, std::size_t n) const noexcept;
+  // Start-up (collective): which ranks of this host a direct copy reaches (direct_).
+  void probe_direct();
+  // A direct copy of n bytes between `local` and `remote` at `rank` (write: local -> remote).
+  // False, having perhaps copied part, if it cannot: the caller takes the message path.
+  bool copy_direct(int rank, void* local, void* remote, std::size_t n, bool write);
+  // An operation to `rank` travels as messages from now until its last part arrives
+  // (complete_part); while any does, no direct copy to that rank overtakes it.
+  void start_framed(int rank) { framed_[static_cast<std::size_t>(rank)].fetch_add(1, std::memory_order_acq_rel); }
+  void complete_part(detail::nc_operation& op) {
+    if (op.remaining.fetch_sub(1, std::memory_order_acq_rel) == 1)
+      framed_[static_cast<std::size_t>(op.target)].fetch_sub(1, std::memory_order_release);
+  }
 
   void check_rank(int rank, const char* what) const;
   void check_remote(const void* p, std::size_t n, const char* what) const;
@@ -189,6 +213,9 @@ class one_sided {
   std::vector<op_ptr> bodies_;          // this rank's operations with a body in flight
   std::vector<MPI_Request> sends_;      // get bodies this rank sends as a target
   std::atomic<std::size_t> bodies_in_flight_{0};  // bodies_.size() + sends_.size()
+  std::vector<int> pids_;                          // by rank, for the direct copies
+  std::vector<char> direct_;                       // by rank: a direct copy reaches it
+  std::unique_ptr<std::atomic<std::uint32_t>[]> framed_;  // by rank: operations in messages
 };
 
 }  // namespace mdsm::regions

@@ -98,6 +98,7 @@ namespace mdsm::stats {
   X(nc_put_bytes, count, "bytes those puts wrote")                                              \
   X(nc_atomics, count, "non-coherent fetch_add and compare_swap issued")                          \
   X(nc_bodies, count, "of the remote gets and puts: bytes moved as one MPI message")             \
+  X(nc_direct, count, "of the remote gets and puts: copied directly from/to a rank of this host") \
   X(gc_runs, count, "garbage collections")                                                       \
   X(gc_background_runs, count, "of gc_runs: collections without a barrier, in the background")  \
   X(gc_freed_bytes, count, "consistency metadata bytes freed by garbage collection")             \

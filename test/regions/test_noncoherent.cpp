@@ -6,6 +6,8 @@
 
 #include <mdsm/mdsm.h>
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
@@ -53,6 +55,26 @@ std::vector<std::uint64_t> all_gather(const std::vector<std::uint64_t>& mine) {
     return done != 0;
   });
   return out;
+}
+
+// Whether this rank's gets and puts to `target` should be direct copies (one_sided.hpp): another
+// rank of this host, MDSM_NONCOHERENT_DIRECT not 0, and a kernel that lets a process read another
+// of the same user (Yama's ptrace_scope above 0 refuses it to all but root).
+bool expect_direct(int target) {
+  if (target == mdsm::rank()) return false;
+  if (const char* d = std::getenv("MDSM_NONCOHERENT_DIRECT"); d != nullptr && std::string(d) == "0") return false;
+  MPI_Comm node;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+  int here = 0;
+  MPI_Comm_size(node, &here);
+  MPI_Comm_free(&node);
+  if (here != world_size()) return false;
+  int scope = 0;
+  if (FILE* f = std::fopen("/proc/sys/kernel/yama/ptrace_scope", "r")) {
+    if (std::fscanf(f, "%d", &scope) != 1) scope = 0;
+    std::fclose(f);
+  }
+  return scope == 0 || geteuid() == 0;
 }
 
 std::uint64_t load(const std::uint64_t* w) {
@@ -508,10 +530,65 @@ TEST_CASE("noncoherent: the C API's requests", "[mpi][noncoherent][np1]") {
   REQUIRE(mdsm_nc_free_collective(p) == MDSM_SUCCESS);
 }
 
+TEST_CASE("noncoherent: a direct copy never overtakes an operation to the same rank still in messages",
+          "[mpi][noncoherent]") {
+  // An atomic always travels as messages; a get of its word right after it would be a direct
+  // copy on one host -- and would read the word before the atomic has run, unless it waits its
+  // turn (issue order: the get must see the add).
+  session s;
+  const int me = mdsm::rank(), n = mdsm::size(), next = (me + 1) % n;
+  (void)me;
+  auto* word = static_cast<std::uint64_t*>(mdsm::nc_alloc_collective(64));
+  world_barrier();
+  for (std::uint64_t round = 1; round <= 200; ++round) {
+    mdsm_request req;
+    REQUIRE(mdsm_fetch_add_nb(next, word, 1, &req) == MDSM_SUCCESS);  // only this rank adds there
+    std::uint64_t seen = 0;
+    mdsm::get(&seen, next, word, sizeof seen);
+    REQUIRE(seen == round);
+    std::uint64_t old = 0;
+    REQUIRE(mdsm_request_wait(&req, &old) == MDSM_SUCCESS);
+    REQUIRE(old == round - 1);
+  }
+  // With nothing in messages any more, a get to a rank of this host is a direct copy again.
+  const auto directs = stat("nc_direct");
+  std::uint64_t seen = 0;
+  mdsm::get(&seen, next, word, sizeof seen);
+  CHECK(seen == 200);
+  CHECK(stat("nc_direct") - directs == (expect_direct(next) ? 1u : 0u));
+  world_barrier();
+  mdsm::nc_free_collective(word);
+}
+
+TEST_CASE("noncoherent: a put from coherent pages this rank must fetch first", "[mpi][noncoherent]") {
+  // The source is the previous rank's slice of a coherent array, just written there, so invalid
+  // here: reading it faults and fetches. (It is copied before the transfer starts: a fault while
+  // the transport built a frame from it once sent the fetch's requests from inside that frame.)
+  session s;
+  const int me = mdsm::rank(), n = mdsm::size(), next = (me + 1) % n, prev = (me + n - 1) % n;
+  constexpr std::size_t k_bytes = 3 * 4096 + 40;
+  auto* coh = static_cast<std::byte*>(mdsm::alloc_collective(static_cast<std::size_t>(n) * 4 * 4096));
+  auto* nc = static_cast<std::byte*>(mdsm::nc_alloc_collective(k_bytes));
+  mdsm::barrier b;
+  for (int round = 0; round < 10; ++round) {
+    fill(coh + static_cast<std::size_t>(me) * 4 * 4096, k_bytes, me + round);
+    b.arrive_and_wait();
+    auto put = mdsm::put_nb(next, nc, coh + static_cast<std::size_t>(prev) * 4 * 4096, k_bytes);
+    put.wait();
+    std::vector<std::byte> back(k_bytes);
+    mdsm::get(back.data(), next, nc, k_bytes);
+    REQUIRE(first_mismatch(back.data(), k_bytes, prev + round) == k_bytes);
+    b.arrive_and_wait();
+  }
+  mdsm::nc_free_collective(nc);
+  mdsm::free_collective(coh);
+}
+
 TEST_CASE("noncoherent: the statistics count each operation, its bytes and the bodies", "[mpi][noncoherent][np1]") {
   // Every rank issues to the next rank (itself at 1 rank): a small get and put, a 1 MiB get and
-  // put (bodies, unless the target is this rank or MDSM_NONCOHERENT_BODY_MIN is raised), a
-  // fetch_add and a compare_swap. The counters move by exactly that.
+  // put (direct copies on one host, else bodies, unless the target is this rank or
+  // MDSM_NONCOHERENT_BODY_MIN is raised), a fetch_add and a compare_swap. The counters move by
+  // exactly that.
   session s;
   const int me = mdsm::rank(), n = mdsm::size(), next = (me + 1) % n;
   constexpr std::size_t big = std::size_t{1} << 20;
@@ -519,7 +596,9 @@ TEST_CASE("noncoherent: the statistics count each operation, its bytes and the b
   std::vector<std::byte> local(big, std::byte{7});
   world_barrier();
   const auto gets = stat("nc_gets"), get_bytes = stat("nc_get_bytes"), puts = stat("nc_puts"),
-             put_bytes = stat("nc_put_bytes"), atomics = stat("nc_atomics"), bodies = stat("nc_bodies");
+             put_bytes = stat("nc_put_bytes"), atomics = stat("nc_atomics"), bodies = stat("nc_bodies"),
+             directs = stat("nc_direct");
+  const bool direct = expect_direct(next);
   mdsm::put(next, region, local.data(), 40);
   mdsm::get(local.data(), next, region, 24);
   mdsm::put(next, region, local.data(), big);
@@ -535,7 +614,8 @@ TEST_CASE("noncoherent: the statistics count each operation, its bytes and the b
   // 1 MiB is above the 4 KiB default (and the 64 KiB floor for gets into memory that is not page
   // aligned); the framed-path run sets MDSM_NONCOHERENT_BODY_MIN=1T.
   const bool framed = std::getenv("MDSM_NONCOHERENT_BODY_MIN") != nullptr;
-  CHECK(stat("nc_bodies") - bodies == (next == me || framed ? 0u : 2u));
+  CHECK(stat("nc_bodies") - bodies == (next == me || framed || direct ? 0u : 2u));
+  CHECK(stat("nc_direct") - directs == (direct ? 4u : 0u));  // the gets and puts, not the atomics
   // 8 KiB: a body for the put and for the get into page-aligned memory; frames for the get into
   // memory 16 bytes past a page boundary. The bytes are right either way.
   {
@@ -546,7 +626,7 @@ TEST_CASE("noncoherent: the statistics count each operation, its bytes and the b
     mdsm::put(next, region, buf, mid);
     mdsm::get(buf + mid, next, region, mid);
     mdsm::get(buf + 2 * mid + 16, next, region, mid - 16);
-    CHECK(stat("nc_bodies") - b0 == (next == me || framed ? 0u : 2u));
+    CHECK(stat("nc_bodies") - b0 == (next == me || framed || direct ? 0u : 2u));
     CHECK(std::memcmp(buf + mid, buf, mid) == 0);
     CHECK(std::memcmp(buf + 2 * mid + 16, buf, mid - 16) == 0);
     std::free(buf);

@@ -72,17 +72,50 @@ void one_sided::probe_direct() {
   }
 }
 
+namespace {
+
+// The kernel's copy between two processes runs at a fifth of its speed on our machines when the
+// destination sits 8 to 24 bytes past the source modulo 64 (measured with process_vm_readv:
+// 256 KiB in ~35 us at offsets 0 and 32-56, ~170-280 us at 8-24, whatever the absolute alignment). A transfer whose
+// ends are misaligned so goes through this thread's bounce buffer, placed at the remote end's
+// alignment: one more copy, in user space, where misalignment costs little.
+constexpr std::size_t k_bounce_bytes = std::size_t{256} << 10;
+constexpr std::size_t k_bounce_min = 1024;  // below, the extra call costs more than it saves
+
+// Measured slow: 8, 16, 24; fast: 0, 32, 40, 48, 56. The unmeasured 1-31 count as slow.
+bool slow_for_kernel(std::uintptr_t dst, std::uintptr_t src) {
+  const std::uintptr_t rel = (dst - src) & 63;
+  return rel != 0 && rel < 32;
+}
+
+std::byte* bounce_at(std::uintptr_t alignment_of) {
+  thread_local std::unique_ptr<std::byte[]> buffer;
+  if (!buffer) buffer = std::make_unique_for_overwrite<std::byte[]>(k_bounce_bytes + 128);
+  const std::uintptr_t base = (addr_of(buffer.get()) + 63) & ~std::uintptr_t{63};
+  return ptr_of(base + (alignment_of & 63));
+}
+
+}  // namespace
+
 bool one_sided::copy_direct(int rank, void* local, void* remote, std::size_t n, bool write) {
   if (!direct_[static_cast<std::size_t>(rank)] ||
       framed_[static_cast<std::size_t>(rank)].load(std::memory_order_acquire) != 0)
     return false;
+  const pid_t pid = pids_[static_cast<std::size_t>(rank)];
   auto* l = static_cast<std::byte*>(local);
   auto* r = static_cast<std::byte*>(remote);
-  while (n != 0) {  // the kernel may move less than asked (at most what one call takes)
-    iovec li{l, n}, ri{r, n};
-    const ssize_t got = write ? process_vm_writev(pids_[static_cast<std::size_t>(rank)], &li, 1, &ri, 1, 0)
-                              : process_vm_readv(pids_[static_cast<std::size_t>(rank)], &li, 1, &ri, 1, 0);
+  const bool bounce =
+      n >= k_bounce_min && (write ? slow_for_kernel(addr_of(r), addr_of(l)) : slow_for_kernel(addr_of(l), addr_of(r)));
+  while (n != 0) {
+    // The kernel may move less than asked (at most what one call takes); with the bounce buffer,
+    // a chunk of it at a time.
+    const std::size_t len = bounce ? std::min(n, k_bounce_bytes) : n;
+    std::byte* via = bounce ? bounce_at(addr_of(r)) : l;
+    if (bounce && write) std::memcpy(via, l, len);
+    iovec li{via, len}, ri{r, len};
+    const ssize_t got = write ? process_vm_writev(pid, &li, 1, &ri, 1, 0) : process_vm_readv(pid, &li, 1, &ri, 1, 0);
     if (got <= 0) return false;  // EFAULT on a local page without access, say: messages do it
+    if (bounce && !write) std::memcpy(l, via, static_cast<std::size_t>(got));
     l += got;
     r += got;
     n -= static_cast<std::size_t>(got);

@@ -584,6 +584,33 @@ TEST_CASE("noncoherent: a put from coherent pages this rank must fetch first", "
   mdsm::free_collective(coh);
 }
 
+TEST_CASE("noncoherent: gets and puts at every alignment of their two ends", "[mpi][noncoherent]") {
+  // A direct copy whose ends are misaligned against each other goes through a bounce buffer, a
+  // chunk at a time (one_sided.cpp); the bytes must be right at every relative offset, for a
+  // transfer within one chunk and one across several.
+  session s;
+  const int me = mdsm::rank(), n = mdsm::size(), next = (me + 1) % n, prev = (me + n - 1) % n;
+  constexpr std::size_t k_sizes[] = {3000, (std::size_t{600} << 10) + 5};
+  constexpr std::size_t k_room = (std::size_t{600} << 10) + 256;
+  auto* nc = static_cast<std::byte*>(mdsm::nc_alloc_collective(k_room));
+  std::vector<std::byte> out(k_room), in(k_room);
+  for (std::size_t bytes : k_sizes) {
+    for (std::size_t remote_off : {std::size_t{0}, std::size_t{24}}) {
+      for (std::size_t local_off = 0; local_off < 64; local_off += 8) {
+        fill(out.data() + local_off, bytes, me + static_cast<int>(local_off));
+        world_barrier();
+        mdsm::put(next, nc + remote_off, out.data() + local_off, bytes);
+        world_barrier();
+        REQUIRE(first_mismatch(nc + remote_off, bytes, prev + static_cast<int>(local_off)) == bytes);
+        mdsm::get(in.data() + local_off, next, nc + remote_off, bytes);
+        REQUIRE(first_mismatch(in.data() + local_off, bytes, me + static_cast<int>(local_off)) == bytes);
+      }
+    }
+  }
+  world_barrier();
+  mdsm::nc_free_collective(nc);
+}
+
 TEST_CASE("noncoherent: the statistics count each operation, its bytes and the bodies", "[mpi][noncoherent][np1]") {
   // Every rank issues to the next rank (itself at 1 rank): a small get and put, a 1 MiB get and
   // put (direct copies on one host, else bodies, unless the target is this rank or

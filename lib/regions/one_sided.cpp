@@ -11,7 +11,6 @@
 
 #include <algorithm>
 #include <array>
-#include <cerrno>
 #include <cstring>
 #include <random>
 #include <string>
@@ -76,9 +75,10 @@ namespace {
 
 // The kernel's copy between two processes runs at a fifth of its speed on our machines when the
 // destination sits 8 to 24 bytes past the source modulo 64 (measured with process_vm_readv:
-// 256 KiB in ~35 us at offsets 0 and 32-56, ~170-280 us at 8-24, whatever the absolute alignment). A transfer whose
-// ends are misaligned so goes through this thread's bounce buffer, placed at the remote end's
-// alignment: one more copy, in user space, where misalignment costs little.
+// 256 KiB in ~35 us at offsets 0 and 32-56, ~170-280 us at 8-24, whatever the absolute
+// alignment). A transfer whose ends are misaligned so goes through this thread's bounce buffer,
+// placed at the remote end's alignment: one more copy, in user space, where misalignment costs
+// little.
 constexpr std::size_t k_bounce_bytes = std::size_t{256} << 10;
 constexpr std::size_t k_bounce_min = 1024;  // below, the extra call costs more than it saves
 

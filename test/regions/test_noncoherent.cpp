@@ -536,8 +536,7 @@ TEST_CASE("noncoherent: a direct copy never overtakes an operation to the same r
   // copy on one host -- and would read the word before the atomic has run, unless it waits its
   // turn (issue order: the get must see the add).
   session s;
-  const int me = mdsm::rank(), n = mdsm::size(), next = (me + 1) % n;
-  (void)me;
+  const int next = (mdsm::rank() + 1) % mdsm::size();
   auto* word = static_cast<std::uint64_t*>(mdsm::nc_alloc_collective(64));
   world_barrier();
   for (std::uint64_t round = 1; round <= 200; ++round) {

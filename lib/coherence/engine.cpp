@@ -97,8 +97,9 @@ const std::vector<unit_run>& engine::hot_set::current_runs() {
 }
 
 bool engine::close_written_interval_locked() {
+  // close_interval_locked checked that something was written or is hot; should that have changed
+  // since (a hot range ended), the lists below come out empty and nothing is closed.
   const bool any_hot = hot_count_.load(std::memory_order_acquire) != 0;
-  if (!any_dirty_.load(std::memory_order_acquire) && !any_hot) return false;
   const std::uint32_t index = vt_[static_cast<std::size_t>(rank_)] + 1;
   std::vector<std::uint32_t> units;
   std::vector<unit_run> hot_runs;

@@ -285,12 +285,11 @@ one_sided::op_ptr one_sided::get(void* dst, int rank, const void* src, std::size
   const std::size_t body_min = aligned ? body_min_ : std::max<std::size_t>(body_min_, k_body_min_unaligned_get);
   if (n >= body_min && n <= k_body_max && (op->tag = claim_tag()) >= 0) {
     // The bytes come as one MPI message straight into dst (or the staging buffer).
-    op->remaining.store(1, std::memory_order_relaxed);
     if (PMPI_Irecv(op->dst, static_cast<int>(n), MPI_BYTE, rank, op->tag, body_comm_, &op->body) != MPI_SUCCESS) {
       release_tag(op->tag);
       detail::fail(MDSM_ERR_MPI, "get: MPI_Irecv for its bytes failed");
     }
-    start_framed(rank);
+    start_framed(*op, 1);
     add_body(op);
     stats::add(stats::counter::nc_bodies);
     const auto fields = words(addr_of(src), n, op->tag);
@@ -298,8 +297,7 @@ one_sided::op_ptr one_sided::get(void* dst, int rank, const void* src, std::size
     transport_.bells().ring(rank);
     return op;
   }
-  op->remaining.store(static_cast<std::uint32_t>(chunks(n)), std::memory_order_relaxed);
-  start_framed(rank);
+  start_framed(*op, static_cast<std::uint32_t>(chunks(n)));
   const std::uint32_t token = track(op);
   const auto fields = words(addr_of(src), n);
   send(rank, op_get, token, std::as_bytes(std::span(fields)));
@@ -334,14 +332,13 @@ one_sided::op_ptr one_sided::put(int rank, void* dst, const void* src, std::size
   }
   if (n >= body_min_ && n <= k_body_max && (op->tag = claim_tag()) >= 0) {
     // The bytes go as one MPI message from src; the ack says they are in place.
-    op->remaining.store(2, std::memory_order_relaxed);  // the ack, and the body's completion
     const std::uint32_t token = track(op);
     if (PMPI_Isend(src, static_cast<int>(n), MPI_BYTE, rank, op->tag, body_comm_, &op->body) != MPI_SUCCESS) {
       forget(token);
       release_tag(op->tag);
       detail::fail(MDSM_ERR_MPI, "put: MPI_Isend of its bytes failed");
     }
-    start_framed(rank);
+    start_framed(*op, 2);  // the ack, and the body's completion
     add_body(op);
     stats::add(stats::counter::nc_bodies);
     const auto fields = words(addr_of(dst), n, op->tag);
@@ -349,8 +346,7 @@ one_sided::op_ptr one_sided::put(int rank, void* dst, const void* src, std::size
     transport_.bells().ring(rank);
     return op;
   }
-  op->remaining.store(1, std::memory_order_relaxed);
-  start_framed(rank);
+  start_framed(*op, 1);
   const std::uint32_t token = track(op);
   const auto* from = static_cast<const std::byte*>(src);
   for (std::size_t off = 0; off < n; off += k_chunk_bytes) {
@@ -383,8 +379,7 @@ one_sided::op_ptr one_sided::atomic(std::uint32_t code, const char* what, int ra
     }
     return op;
   }
-  op->remaining.store(1, std::memory_order_relaxed);
-  start_framed(rank);
+  start_framed(*op, 1);
   const std::uint32_t token = track(op);
   if (code == op_fetch_add) {
     const auto fields = words(addr_of(word), a);
@@ -459,8 +454,7 @@ void one_sided::free(void* p) {
     return;
   }
   op_ptr op = start("nc_free", owner, 0);
-  op->remaining.store(1, std::memory_order_relaxed);
-  start_framed(owner);
+  start_framed(*op, 1);
   const std::uint32_t token = track(op);
   const auto fields = words(addr_of(p));
   send(owner, op_free, token, std::as_bytes(std::span(fields)));

@@ -176,9 +176,13 @@ class one_sided {
   // A direct copy of n bytes between `local` and `remote` at `rank` (write: local -> remote).
   // False, having perhaps copied part, if it cannot: the caller takes the message path.
   bool copy_direct(int rank, void* local, void* remote, std::size_t n, bool write);
-  // An operation to `rank` travels as messages from now until its last part arrives
-  // (complete_part); while any does, no direct copy to that rank overtakes it.
-  void start_framed(int rank) { framed_[static_cast<std::size_t>(rank)].fetch_add(1, std::memory_order_acq_rel); }
+  // `op` travels as messages from now until the last of its `parts` (replies, a body's
+  // completion) arrives (complete_part); while any operation to its target does, no direct copy
+  // to that rank overtakes it. Called once nothing can fail before its frame is sent.
+  void start_framed(detail::nc_operation& op, std::uint32_t parts) {
+    op.remaining.store(parts, std::memory_order_relaxed);
+    framed_[static_cast<std::size_t>(op.target)].fetch_add(1, std::memory_order_acq_rel);
+  }
   void complete_part(detail::nc_operation& op) {
     if (op.remaining.fetch_sub(1, std::memory_order_acq_rel) == 1)
       framed_[static_cast<std::size_t>(op.target)].fetch_sub(1, std::memory_order_release);

@@ -6,6 +6,10 @@
 // senders are not ordered) and the wake-up would be lost. Then the mutex is unlocked, a NONE
 // wake-up is awaited, and the mutex is locked again. Consistency flows through the mutex, so the
 // condition variable's own messages are all non-synchronizing.
+// Several threads (or fibers) of one rank may wait at once: each wait takes a ticket, registers
+// once, and waits for as many acks and wake-ups to have reached this rank as its ticket says --
+// the manager answers one rank's registrations in the order they came (per-sender order) and
+// wakes its waiters in that order too (FIFO), so the k-th ack and the k-th wake-up are ticket k's.
 // notify_one/notify_all: a NONE message to the manager, which wakes one or all registered ranks.
 #include "sync/services.hpp"
 
@@ -14,6 +18,7 @@
 #include "common/check.hpp"
 
 #include <deque>
+#include <utility>
 
 namespace mdsm::sync {
 
@@ -25,10 +30,11 @@ struct condition_state final : object {
   using object::object;
   condition_state(std::uint64_t id_, kind k_, int manager_, remote_copy) : object(id_, k_, manager_) {}
   std::deque<int> waiters;  // manager: registered ranks, in order (guarded by mu)
-  int phase = 0;            // this rank: 0 idle, 1 registering, 2 registered, 3 woken (guarded by mu)
+  // This rank's waits (guarded by mu): tickets taken, acks and wake-ups received, waits ended.
+  std::uint64_t tickets = 0, acks = 0, wakes = 0, ended = 0;
 
   const char* busy_reason() const override {
-    if (phase != 0 || !waiters.empty()) return "waited on";
+    if (ended != tickets || !waiters.empty()) return "waited on";
     return nullptr;
   }
 };
@@ -41,7 +47,7 @@ std::shared_ptr<condition_state> state_of(std::uint64_t id) {
 void reply_locked(condition_state& s, int to, op o) {
   services& sv = current();
   if (to == sv.rank()) {
-    s.phase = o == op_ack ? 2 : 3;
+    ++(o == op_ack ? s.acks : s.wakes);
   } else {
     send(to, sv.h_cond_reply, payload_builder(s.id, o).bytes(), annotation::none);
   }
@@ -56,13 +62,13 @@ void notify_locked(condition_state& s, bool all) {
   }
 }
 
-// False if another rank destroyed the condition variable and the phase never came (the caller
-// fails, and forgets its request on the way out).
-bool wait_phase(condition_state& s, int phase) {
+// Waits until `count` (acks or wakes) reaches `ticket`. False if another rank destroyed the
+// condition variable and it never did (the caller fails, and ends its wait on the way out).
+bool wait_count(condition_state& s, const std::uint64_t& count, std::uint64_t ticket) {
   bool reached = false;
   wait_until([&] {
     std::lock_guard lk(s.mu);
-    reached = s.phase >= phase;
+    reached = count >= ticket;
     return reached || s.abandoned();
   });
   return reached;
@@ -108,7 +114,7 @@ void on_cond_reply(message& m) {
   auto s = current().for_message<condition_state>(m, h.id, kind::condition);
   if (!s) return;
   std::lock_guard lk(s->mu);
-  s->phase = h.op == op_ack ? 2 : 3;
+  ++(h.op == op_ack ? s->acks : s->wakes);
 }
 
 }  // namespace mdsm::sync
@@ -123,17 +129,17 @@ void condition_wait(std::uint64_t id_, std::uint64_t mutex_id, const char* what)
                  " is not held by this rank; lock it before waiting");
   auto s = state_of(id_);
   services& sv = current();
+  std::uint64_t ticket;
   {
     std::lock_guard lk(s->mu);
-    if (s->phase != 0)
-      detail::fail(MDSM_ERR_BUSY, what, ": condition_variable ", id_text(id_), ": another thread of rank ", sv.rank(),
-                   " already waits on it");
-    s->phase = 1;
+    ticket = ++s->tickets;
   }
-  const auto forget = [&] {
+  bool ended = false;
+  const auto end = [&] {
     std::lock_guard lk(s->mu);
-    s->phase = 0;
+    if (!std::exchange(ended, true)) ++s->ended;
   };
+  const auto forget = [&] { end(); };
   undo_if_throws(forget, [&] {
     // The answers come from the manager: its ack, then its wake-up when someone notifies.
     op.about("condition_variable", id_, s->manager, "its manager, which wakes waiters when notified");
@@ -141,21 +147,18 @@ void condition_wait(std::uint64_t id_, std::uint64_t mutex_id, const char* what)
       std::lock_guard lk(s->mu);
       if (s->manager == sv.rank()) {
         s->waiters.push_back(sv.rank());
-        s->phase = 2;
+        ++s->acks;
       } else {
         send(s->manager, sv.h_cond_wait, payload_builder(id_, op_wait).bytes(), annotation::request);
       }
     }
-    if (!wait_phase(*s, 2)) s->fail_destroyed(what);
+    if (!wait_count(*s, s->acks, ticket)) s->fail_destroyed(what);
     mutex_unlock(mutex_id, what);
-    if (!wait_phase(*s, 3)) {
+    if (!wait_count(*s, s->wakes, ticket)) {
       mutex_lock(mutex_id, what);  // returns with the mutex held, as it would have (or fails if it is gone as well)
       s->fail_destroyed(what);
     }
-    {
-      std::lock_guard lk(s->mu);
-      s->phase = 0;
-    }
+    end();
     mutex_lock(mutex_id, what);
   });
 }

@@ -195,13 +195,15 @@ auto engine::fetch(std::vector<fetch_unit>& batch, bool need_copy, bool& copy_bu
   progress_.wait_until([&] {
     const bool all = std::all_of(boxes.begin(), boxes.end(),
                                  [](const auto& b) { return b.second->ready.load(std::memory_order_acquire); });
-    if (!all && !nudged && stats::ticks() - asked_at >= nudge_after) {
-      nudged = true;
-      for (const auto& [creator, box] : boxes)
-        if (!box->ready.load(std::memory_order_acquire)) {
-          transport_.bells().nudge(static_cast<int>(creator));
-          stats::add(stats::counter::nudges);
-        }
+    if (!all && !nudged) {
+      const std::uint64_t now = stats::ticks();
+      if (now - asked_at >= nudge_after) {
+        nudged = true;
+        for (const auto& [creator, box] : boxes)
+          if (!box->ready.load(std::memory_order_acquire) &&
+              transport_.bells().nudge_unless_recent(static_cast<int>(creator), now, nudge_after))
+            stats::add(stats::counter::nudges);
+      }
     }
     return all;
   });

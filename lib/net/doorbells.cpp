@@ -13,6 +13,7 @@ doorbells::doorbells(MPI_Comm comm) {
   int size = 0;
   MPI_Comm_size(comm, &size);
   slots_.assign(static_cast<std::size_t>(size), nullptr);
+  last_nudge_ = std::make_unique<std::atomic<std::uint64_t>[]>(static_cast<std::size_t>(size));
   MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node_);
   MPI_Comm_set_errhandler(node_, MPI_ERRORS_RETURN);
   int node_rank = 0, node_size = 1, rank = 0;

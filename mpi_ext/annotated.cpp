@@ -387,6 +387,7 @@ bool match_side_data(recv_op& op, bool block) {
   } else if (!block) {
     rc = PMPI_Improbe(peer, tag, side, &flag, &m, &st);
   } else {
+    net::no_switch_scope stay;  // MPI waits block the OS thread (docs/FIBERS.md)
     op.c.rt->progress->wait_until([&] {
       rc = PMPI_Improbe(peer, tag, side, &flag, &m, &st);
       return flag != 0 || rc != MPI_SUCCESS;

@@ -31,6 +31,7 @@ int probe_mpi(const detail::runtime& rt, int source, int tag, MPI_Comm comm, boo
   *flag = 1;
   if (may_block(rt)) return PMPI_Probe(source, tag, comm, st);
   int rc = MPI_SUCCESS;
+  net::no_switch_scope stay;  // MPI waits block the OS thread (docs/FIBERS.md)
   rt.progress->wait_until([&] {
     int f = 0;
     rc = PMPI_Iprobe(source, tag, comm, &f, st);

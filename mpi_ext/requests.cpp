@@ -160,6 +160,7 @@ int wait_plain_all(int count, MPI_Request reqs[], MPI_Status statuses[]) {
   const detail::runtime* rt = runtime_if_up();
   if (rt == nullptr || may_block(*rt)) return PMPI_Waitall(count, reqs, statuses);
   int rc = MPI_SUCCESS;
+  net::no_switch_scope stay;  // MPI waits block the OS thread (docs/FIBERS.md)
   rt->progress->wait_until([&] {
     int flag = 0;
     rc = PMPI_Testall(count, reqs, &flag, statuses);

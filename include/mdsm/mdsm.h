@@ -98,6 +98,18 @@ void mdsm_stored_free(mdsm_stored* stored);
 mdsm_status mdsm_poll(void);
 /* Drives progress until done(context) returns nonzero. */
 mdsm_status mdsm_wait_until(int (*done)(void* context), void* context);
+
+/* User-level thread upcalls: a scheduler receives the waits of its threads instead of mdsm
+ * polling through them (mdsm::set_upcalls in mdsm.hpp states the contract). All three functions
+ * set, or all NULL to remove them. */
+typedef struct mdsm_wait_token mdsm_wait_token;
+typedef struct mdsm_upcalls {
+  void* (*current)(void* context);
+  void (*block)(mdsm_wait_token* token, void* waiter, void* context);
+  void (*wake)(mdsm_wait_token* token, void* waiter, void* context);
+  void* context;
+} mdsm_upcalls;
+mdsm_status mdsm_set_upcalls(const mdsm_upcalls* upcalls);
 int mdsm_in_handler(void);
 /* Pauses / resumes this rank's progress thread; see mdsm::pause_progress_thread in mdsm.hpp. */
 mdsm_status mdsm_pause_progress_thread(void);

@@ -30,7 +30,8 @@ typedef enum mdsm_status {
   MDSM_ERR_MISMATCH = 19,           /* ranks disagree on a collective call's arguments */
   MDSM_ERR_INTERNAL = 20,           /* an mdsm bug: please report it */
   MDSM_ERR_OS = 21,                 /* an operating-system call failed */
-  MDSM_ERR_INVALID_HANDLE = 22      /* a null handle, or one whose object was destroyed */
+  MDSM_ERR_INVALID_HANDLE = 22,     /* a null handle, or one whose object was destroyed */
+  MDSM_ERR_TASK_FAILED = 23         /* a fiber or remote task ended with an exception */
 } mdsm_status;
 
 /* A short, static description of a status code (never NULL). */

@@ -1,14 +1,18 @@
 // The C API: each function calls the C++ API and turns mdsm::error into a status code (and the
 // thread's last-error message). Nothing may throw across this boundary.
 #include "api/c_guard.hpp"
+#include "common/check.hpp"
 #include "stats/counters.hpp"
 
 #include <mdsm/mdsm.h>
 #include <mdsm/mdsm.hpp>
 
 #include <cstring>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace mdsm::capi {
 std::string& last_error() {
@@ -187,6 +191,37 @@ mdsm_status mdsm_poll(void) { return guarded([] { mdsm::poll(); }); }
 mdsm_status mdsm_wait_until(int (*done)(void*), void* context) {
   if (done == nullptr) return null_arg("done");
   return guarded([&] { mdsm::wait_until([&] { return done(context) != 0; }); });
+}
+
+mdsm_status mdsm_set_upcalls(const mdsm_upcalls* u) {
+  if (u == nullptr) return null_arg("upcalls");
+  return guarded([&] {
+    mdsm::upcalls cpp;
+    const bool any = u->current != nullptr || u->block != nullptr || u->wake != nullptr;
+    if (any && (u->current == nullptr || u->block == nullptr || u->wake == nullptr))
+      mdsm::detail::fail(MDSM_ERR_INVALID_ARGUMENT, "mdsm_set_upcalls: current, block and wake must all be set (or all NULL)");
+    if (any) {
+      // The C set stays alive as long as the process: a wait may have copied it.
+      static std::mutex mu;
+      static std::vector<std::unique_ptr<mdsm_upcalls>> kept;
+      std::lock_guard lk(mu);
+      kept.push_back(std::make_unique<mdsm_upcalls>(*u));
+      cpp.ctx = kept.back().get();
+      cpp.current = [](void* c) {
+        auto* k = static_cast<mdsm_upcalls*>(c);
+        return k->current(k->context);
+      };
+      cpp.block = [](mdsm::wait_token* t, void* w, void* c) {
+        auto* k = static_cast<mdsm_upcalls*>(c);
+        k->block(reinterpret_cast<mdsm_wait_token*>(t), w, k->context);
+      };
+      cpp.wake = [](mdsm::wait_token* t, void* w, void* c) {
+        auto* k = static_cast<mdsm_upcalls*>(c);
+        k->wake(reinterpret_cast<mdsm_wait_token*>(t), w, k->context);
+      };
+    }
+    mdsm::set_upcalls(cpp);
+  });
 }
 
 int mdsm_in_handler(void) { return mdsm::in_handler() ? 1 : 0; }

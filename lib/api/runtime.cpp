@@ -272,6 +272,37 @@ void detail::wait_until_ref(bool (*done)(void*), void* ctx) {
   detail::rethrow_deferred();
 }
 
+void* detail::current_user_thread() noexcept {
+  return g_runtime ? g_runtime->progress->current_user_thread() : nullptr;
+}
+
+void set_upcalls(const upcalls& u) {
+  detail::runtime& r = detail::rt();
+  if (const char* h = net::current_handler())
+    detail::fail(MDSM_ERR_HANDLER_CONTEXT, "set_upcalls was called from message handler '", h, "'");
+  net::upcalls n;
+  if (u.current != nullptr || u.block != nullptr || u.wake != nullptr) {
+    if (u.current == nullptr || u.block == nullptr || u.wake == nullptr)
+      detail::fail(MDSM_ERR_INVALID_ARGUMENT, "set_upcalls: current, block and wake must all be set (or all null)");
+    auto kept = std::make_unique<upcalls>(u);
+    // The public token is the internal one under another name (it is opaque to the scheduler).
+    n.current = [](void* ctx) { return static_cast<upcalls*>(ctx)->current(static_cast<upcalls*>(ctx)->ctx); };
+    n.block = [](net::wait_token* t, void* waiter, void* ctx) {
+      auto* k = static_cast<upcalls*>(ctx);
+      k->block(reinterpret_cast<wait_token*>(t), waiter, k->ctx);
+    };
+    n.wake = [](net::wait_token* t, void* waiter, void* ctx) {
+      auto* k = static_cast<upcalls*>(ctx);
+      k->wake(reinterpret_cast<wait_token*>(t), waiter, k->ctx);
+    };
+    n.ctx = kept.get();
+    r.progress->set_upcalls(n);
+    r.upcall_sets.push_back(std::move(kept));
+    return;
+  }
+  r.progress->set_upcalls(n);
+}
+
 void* alloc(std::size_t bytes) { return detail::rt().allocator->alloc(bytes); }
 void* alloc_collective(std::size_t bytes) {
   detail::runtime& r = detail::rt_blocking("alloc_collective");

@@ -11,8 +11,11 @@
 #include "regions/one_sided.hpp"
 #include "sync/services.hpp"
 
+#include <mdsm/mdsm.hpp>
+
 #include <atomic>
 #include <memory>
+#include <vector>
 #include <string>
 
 namespace mdsm::detail {
@@ -47,6 +50,8 @@ struct runtime {
   MPI_Comm user_comm = MPI_COMM_NULL;
   // Counts init calls in this process: tells state kept across sessions (mpi_ext's) it is stale.
   std::uint64_t session = 0;
+  // Every upcall set given to set_upcalls: a wait that copied an older set may still call it.
+  std::vector<std::unique_ptr<upcalls>> upcall_sets;
   ~runtime();
 };
 

@@ -70,6 +70,7 @@ extern "C" const char* mdsm_strerror(mdsm_status status) {
     case MDSM_ERR_INTERNAL: return "internal error in mdsm";
     case MDSM_ERR_OS: return "operating-system call failed";
     case MDSM_ERR_INVALID_HANDLE: return "null handle, or its object was destroyed";
+    case MDSM_ERR_TASK_FAILED: return "a fiber or remote task ended with an exception";
   }
   return "unknown mdsm status";
 }

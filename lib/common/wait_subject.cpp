@@ -4,8 +4,9 @@ namespace mdsm::detail {
 
 thread_local constinit const wait_subject* t_wait_subject = nullptr;
 
-std::string describe_wait(int me) {
-  const wait_subject* s = t_wait_subject;
+std::string describe_wait(int me) { return describe_subject(t_wait_subject, me); }
+
+std::string describe_subject(const wait_subject* s, int me) {
   if (s == nullptr) return "an application condition (mdsm::wait_until or poll), or a collective step";
   std::string out = s->what ? s->what : "a remote event";
   if (s->object) out += std::string(": ") + s->object + " #" + std::to_string(s->id);

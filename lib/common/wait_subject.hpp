@@ -45,5 +45,7 @@ class waiting_for {
 // "mutex::lock: mutex #3, an answer from rank 0 (its manager ...)" for the calling thread's
 // innermost subject, with the outer ones named after it. A peer that is `me` is not named.
 std::string describe_wait(int me);
+// The same for subject `s` (of any thread; nullptr: "an application condition ...").
+std::string describe_subject(const wait_subject* s, int me);
 
 }  // namespace mdsm::detail

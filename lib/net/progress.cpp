@@ -33,6 +33,25 @@ inline void cpu_relax() {
 }  // namespace
 
 thread_local constinit const char* t_current_handler = nullptr;
+thread_local constinit unsigned t_no_switch = 0;
+
+switched_state switched_state::take() noexcept {
+  switched_state s{detail::t_wait_subject, detail::t_deferred_hold, stats::t_activity, t_unthrottled, t_no_switch};
+  detail::t_wait_subject = nullptr;
+  detail::t_deferred_hold = 0;
+  stats::t_activity = stats::activity::none;
+  t_unthrottled = 0;
+  t_no_switch = 0;
+  return s;
+}
+
+void switched_state::restore() const noexcept {
+  detail::t_wait_subject = subject;
+  detail::t_deferred_hold = deferred_hold;
+  stats::t_activity = activity;
+  t_unthrottled = unthrottled;
+  t_no_switch = no_switch;
+}
 
 progress_config progress_config::from_env(progress_config d) {
   d.thread = detail::env_uint("MDSM_PROGRESS_THREAD", d.thread ? 1 : 0) != 0;
@@ -85,6 +104,9 @@ void progress::wait_for_window(void* ctx, int dest) {
                                .peer = dest,
                                .peer_role = "the destination"};
   detail::waiting_for waiting(subject);
+  // No switch: the send's frame is half built in this thread's staging buffer, which another
+  // user-level thread's send would reuse.
+  no_switch_scope stay;
   p.wait_until([&p, dest] { return !p.transport_.window_full(dest); });
 }
 
@@ -118,15 +140,120 @@ void progress::set_paused(bool paused) {
     while (locked_.load(std::memory_order_seq_cst)) cpu_relax();
 }
 
-void progress::enter_wait() {
+namespace {
+void refuse_in_handler() {
   if (const char* h = current_handler())
     detail::fail(MDSM_ERR_HANDLER_CONTEXT, "message handler '", h,
                  "' tried to block (wait for a remote event); handlers must return at once: store the message "
                  "and finish the work from the application thread");
+}
+}  // namespace
+
+void progress::enter_wait() {
+  refuse_in_handler();
   app_waiters_.fetch_add(1, std::memory_order_acq_rel);
   waits_entered_.fetch_add(1, std::memory_order_relaxed);
   stats::add(stats::counter::waits);
-  if (hooks_.block) hooks_.block(hooks_.ctx);
+}
+
+void progress::set_upcalls(const upcalls& u) {
+  const bool any = u.current != nullptr || u.block != nullptr || u.wake != nullptr;
+  if (any && (u.current == nullptr || u.block == nullptr || u.wake == nullptr))
+    detail::fail(MDSM_ERR_INVALID_ARGUMENT, "set_upcalls: current, block and wake must all be set (or all null)");
+  std::lock_guard lk(blocked_mu_);
+  if (blocked_ != nullptr)
+    detail::fail(MDSM_ERR_BUSY, "set_upcalls: ", blocked_count_.load(), " wait(s) are suspended through the upcalls "
+                 "set now; change them only while no user-level thread waits inside mdsm");
+  if (!any) {
+    upcalls_.store(nullptr, std::memory_order_release);
+    return;
+  }
+  upcall_sets_.push_back(std::make_unique<upcalls>(u));
+  upcalls_.store(upcall_sets_.back().get(), std::memory_order_release);
+}
+
+bool progress::wait_suspended(bool (*done)(void*), void* ctx) {
+  const upcalls* set = upcalls_.load(std::memory_order_acquire);
+  if (set == nullptr) return false;
+  const upcalls& u = *set;
+  void* waiter = u.current(u.ctx);
+  if (waiter == nullptr) return false;  // not one of the scheduler's threads: poll
+  refuse_in_handler();
+  waits_entered_.fetch_add(1, std::memory_order_relaxed);
+  stats::add(stats::counter::waits);
+  stats::add(stats::counter::waits_suspended);
+  const std::uint64_t start = stats::timing() ? stats::ticks() : 0;
+  const stats::activity doing = stats::t_activity;
+  wait_token token{done, ctx, waiter, detail::t_wait_subject, &u, nullptr};
+  const switched_state mine = switched_state::take();
+  {
+    std::lock_guard lk(blocked_mu_);
+    token.next = blocked_;
+    blocked_ = &token;
+    blocked_count_.fetch_add(1, std::memory_order_release);
+  }
+  // A frame delivered between the caller's look at its condition and the listing above was
+  // checked without this token: look once more (this may wake it before it blocks; the scheduler
+  // allows that).
+  check_blocked();
+  // Returns only after wake (the contract): the token is off the list and no thread touches it.
+  u.block(&token, waiter, u.ctx);
+  mine.restore();
+  if (start != 0) {
+    const std::uint64_t t = stats::ticks() - start;
+    stats::add(stats::counter::wait_ns, t);
+    if (doing == stats::activity::none) stats::add(stats::counter::sync_wait_ns, t);
+  }
+  return true;
+}
+
+void progress::check_blocked_slow() {
+  wait_token* ready = nullptr;
+  {
+    std::lock_guard lk(blocked_mu_);
+    for (wait_token** at = &blocked_; *at != nullptr;) {
+      wait_token* t = *at;
+      bool holds = false;
+      try {
+        holds = t->done(t->done_ctx);
+      } catch (const error& e) {
+        // A predicate cannot throw to its waiter from here; the waiter resumes and meets the
+        // error at its next mdsm call.
+        detail::defer_error(e);
+        holds = true;
+      }
+      if (holds) {
+        *at = t->next;
+        t->next = ready;
+        ready = t;
+        blocked_count_.fetch_sub(1, std::memory_order_release);
+      } else {
+        at = &t->next;
+      }
+    }
+  }
+  // Outside the lock: a wake may run a scheduler's code; the token is not read after its wake.
+  while (ready != nullptr) {
+    wait_token* t = ready;
+    ready = t->next;
+    const upcalls& u = *t->set;  // the set whose block it went to
+    u.wake(t, t->waiter, u.ctx);
+  }
+}
+
+std::string progress::describe_blocked() {
+  std::string out;
+  std::lock_guard lk(blocked_mu_);
+  std::size_t n = 0;
+  for (const wait_token* t = blocked_; t != nullptr; t = t->next) {
+    if (++n > 4) {
+      out += "; ...";
+      break;
+    }
+    if (!out.empty()) out += "; ";
+    out += detail::describe_subject(t->subject, transport_.rank());
+  }
+  return out;
 }
 
 void progress::add_wait_time(const waiter_guard& w) {
@@ -141,9 +268,10 @@ void progress::wake_parked() {
 }
 
 void progress::idle(unsigned& turns, waiter_guard& w) {
-  if (hooks_.idle) {
-    hooks_.idle(hooks_.ctx);
-  } else if (++turns >= k_spin_turns) {
+  // Suspended waits whose condition holds without a frame (a deadline, a nudge to send) are
+  // looked at on idle turns too.
+  check_blocked();
+  if (++turns >= k_spin_turns) {
     // No pause between turns: a turn already spends ~100 ns inside MPI, and a pause would only
     // delay noticing the frame a waiter waits for. Past the spin, yield: oversubscribed ranks
     // need the core more than this spin does.
@@ -217,6 +345,7 @@ void progress::thread_main() {
   std::uint64_t nap = cfg_.sleep_min_ns;
   std::uint64_t park_nap = cfg_.sleep_max_ns;
   while (!stop_.load(std::memory_order_acquire)) {
+    check_blocked();
     if (auto* fn = background_.load(std::memory_order_acquire)) {
       try {
         fn(background_ctx_.load(std::memory_order_relaxed));

@@ -39,19 +39,34 @@
 // window full (net/flow.hpp) waits in wait_until, delivering this rank's frames meanwhile, which
 // is what keeps two ranks flooding each other from deadlocking.
 //
-// Upcalls: wait_until reports `block` when a wait begins, `idle` on every turn of the wait loop
-// (a user-level scheduler switches to another thread there instead of spinning) and `wake` when
-// the wait ends. This is the seam lib/threads plugs into.
+// Upcalls (user-level threads). With upcalls set (set_upcalls) and the calling OS thread running
+// one of the scheduler's user-level threads (upcalls::current), a wait does not poll: it lists a
+// wait_token with its predicate and calls `block`, in which the scheduler runs its other threads;
+// whichever thread delivers frames (the progress thread, a thread polling in a wait) evaluates
+// the listed predicates after delivering (check_blocked) and calls `wake` for each that holds,
+// after which the scheduler resumes the waiter. A suspended wait is not an application waiter:
+// the progress thread keeps serving while the OS thread computes on another user-level thread.
+// The thread-local state of the wait (its subject for the failure detector, held deferred
+// errors, activity, unthrottled scopes) belongs to the user-level thread: it is saved and cleared
+// across `block` (switched_state). Waits that must not switch (no_switch_scope: a send waiting
+// for credits with its frame half built in a thread-local buffer, mpi_ext's MPI waits) poll as
+// without upcalls. docs/FIBERS.md.
 #pragma once
 
+#include "common/spin_mutex.hpp"
+#include "common/wait_subject.hpp"
 #include "net/context.hpp"
 #include "net/transport.hpp"
 #include "stats/clock.hpp"
+#include "stats/counters.hpp"
 
 #include <atomic>
 #include <cstdint>
 #include <string>
+#include <memory>
 #include <thread>
+#include <vector>
+#include <type_traits>
 
 namespace mdsm::net {
 
@@ -78,11 +93,44 @@ struct progress_config {
   progress_config with_bells() const;
 };
 
-struct wait_hooks {
-  void (*block)(void* ctx) = nullptr;
-  void (*idle)(void* ctx) = nullptr;
-  void (*wake)(void* ctx) = nullptr;
+// One suspended wait (see the file comment); it lives in the waiting user-level thread's frame.
+struct wait_token {
+  bool (*done)(void*) = nullptr;
+  void* done_ctx = nullptr;
+  void* waiter = nullptr;  // upcalls::current's answer
+  const detail::wait_subject* subject = nullptr;
+  const struct upcalls* set = nullptr;  // the upcalls it was handed to
+  wait_token* next = nullptr;
+};
+
+// The scheduler's side (mdsm::upcalls in the public header says what each must do).
+struct upcalls {
+  void* (*current)(void* ctx) = nullptr;
+  void (*block)(wait_token* token, void* waiter, void* ctx) = nullptr;
+  void (*wake)(wait_token* token, void* waiter, void* ctx) = nullptr;
   void* ctx = nullptr;
+};
+
+// Depth of no_switch_scopes on this thread: while > 0 its waits poll instead of suspending.
+extern thread_local constinit unsigned t_no_switch;
+class no_switch_scope {
+ public:
+  no_switch_scope() noexcept { ++t_no_switch; }
+  ~no_switch_scope() { --t_no_switch; }
+  no_switch_scope(const no_switch_scope&) = delete;
+  no_switch_scope& operator=(const no_switch_scope&) = delete;
+};
+
+// The thread-local state that belongs to the user-level thread running on an OS thread, not to
+// the OS thread: take() saves and clears it before a switch, restore() puts it back after.
+struct switched_state {
+  const detail::wait_subject* subject;
+  int deferred_hold;
+  stats::activity activity;
+  unsigned unthrottled;
+  unsigned no_switch;
+  static switched_state take() noexcept;
+  void restore() const noexcept;
 };
 
 class progress {
@@ -107,6 +155,12 @@ class progress {
   template <class Done>
   void wait_until(Done&& done) {
     if (done()) return;
+    if (upcalls_.load(std::memory_order_relaxed) != nullptr && t_no_switch == 0) [[unlikely]] {
+      using D = std::remove_reference_t<Done>;
+      if (wait_suspended([](void* d) { return static_cast<bool>((*static_cast<D*>(d))()); },
+                         const_cast<void*>(static_cast<const void*>(&done))))
+        return;
+    }
     enter_wait();
     waiter_guard guard(*this);
     unsigned idle_turns = 0;
@@ -123,7 +177,23 @@ class progress {
   static constexpr std::size_t k_batch = 16;
   bool poll_once(std::size_t max_frames = k_batch) { return try_poll(max_frames, false); }
 
-  void set_hooks(const wait_hooks& hooks) { hooks_ = hooks; }
+  // Sets (or, with all members null, removes) the user-level scheduler's upcalls. Throws
+  // MDSM_ERR_BUSY while a wait is suspended through the ones set.
+  void set_upcalls(const upcalls& u);
+  // upcalls::current's answer on the calling thread; nullptr without upcalls.
+  void* current_user_thread() noexcept {
+    const upcalls* u = upcalls_.load(std::memory_order_acquire);
+    return u != nullptr ? u->current(u->ctx) : nullptr;
+  }
+  // Evaluates the suspended waits' predicates and wakes those that hold. Cheap when none is
+  // suspended; a scheduler calls it (through poll) whenever it switches threads.
+  void check_blocked() {
+    if (blocked_count_.load(std::memory_order_acquire) != 0) [[unlikely]]
+      check_blocked_slow();
+  }
+  // The subjects of the suspended waits, for the failure detector's report of a scheduler that
+  // waits for them ("" when none).
+  std::string describe_blocked();
 
   // True while the progress thread runs and is not paused: this rank's frames are delivered even
   // while all its application threads are blocked outside mdsm (inside an MPI call, say).
@@ -161,9 +231,11 @@ class progress {
     // seq_cst here and in park(): either this thread sees parked_ or park() sees the decrement.
     if (app_waiters_.fetch_sub(1, std::memory_order_seq_cst) == 1 && w.long_) [[unlikely]]
       wake_parked();
-    if (hooks_.wake) hooks_.wake(hooks_.ctx);
   }
   void add_wait_time(const waiter_guard& w);
+  // The wait through the upcalls; false if the calling thread is not the scheduler's.
+  bool wait_suspended(bool (*done)(void*), void* ctx);
+  void check_blocked_slow();
   [[noreturn]] void deadline_passed(std::uint64_t waited_ticks);
   // The transport's window waiter: an application thread whose send found dest's credit window
   // full waits here, delivering frames (net/flow.hpp).
@@ -178,12 +250,19 @@ class progress {
     // Test before exchanging: a failed exchange would still take the cache line from the holder.
     // (seq_cst for set_paused's handshake; on x86 the exchange is the same instruction either way.)
     if (locked_.load(std::memory_order_relaxed) || locked_.exchange(true, std::memory_order_seq_cst)) return false;
-    struct release {
-      std::atomic<bool>& flag;
-      ~release() { flag.store(false, std::memory_order_release); }  // also when a handler throws
-    } unlock{locked_};
-    if (unless_paused && paused_.load(std::memory_order_seq_cst)) return false;  // see set_paused
-    return transport_.poll(max_frames) > 0;
+    bool delivered;
+    {
+      struct release {
+        std::atomic<bool>& flag;
+        ~release() { flag.store(false, std::memory_order_release); }  // also when a handler throws
+      } unlock{locked_};
+      if (unless_paused && paused_.load(std::memory_order_seq_cst)) return false;  // see set_paused
+      delivered = transport_.poll(max_frames) > 0;
+    }
+    // Suspended waits whose frames just came resume (outside the progress lock: predicates may
+    // take the locks handlers take).
+    if (delivered) check_blocked();
+    return delivered;
   }
   // The progress thread has nothing to do: an application thread polls, or the program paused it.
   // seq_cst: pairs with leave_wait's decrement (see there).
@@ -208,7 +287,13 @@ class progress {
   std::uint64_t deadline_ticks_;     // wait_deadline in ticks; 0: none
   std::thread thread_;
   std::string pinning_ = "no progress thread";
-  wait_hooks hooks_;
+  // The upcalls (read on every wait that does not end at once) and the suspended waits. Every set
+  // ever given stays alive until the progress engine goes: a wait may have loaded an older one.
+  std::atomic<const upcalls*> upcalls_{nullptr};
+  std::vector<std::unique_ptr<upcalls>> upcall_sets_;  // under blocked_mu_
+  detail::spin_mutex blocked_mu_;
+  wait_token* blocked_ = nullptr;  // under blocked_mu_
+  std::atomic<std::size_t> blocked_count_{0};
   std::atomic<void (*)(void*)> background_{nullptr};
   std::atomic<void*> background_ctx_{nullptr};
 };

@@ -66,6 +66,7 @@ namespace mdsm::stats {
   X(fault_ns, time, "time in coherent-region faults, remote fetches included (ns)")             \
   X(gc_ns, time, "time in garbage collection, its waits included (ns)")                         \
   X(waits, count, "waits on remote events")                                                      \
+  X(waits_suspended, count, "of waits: handed to a user-level scheduler (upcalls)")             \
   X(doorbells_rung, count, "sleeping progress threads of this host woken for a request")        \
   X(nudges, count, "parked progress threads nudged for a request unanswered for 50 us")          \
   X(intervals_created, count, "intervals closed by this rank")                                   \

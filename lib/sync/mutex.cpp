@@ -31,6 +31,8 @@
 #include <deque>
 #include <iterator>
 #include <thread>
+#include <unordered_map>
+#include <mutex>
 
 namespace mdsm::sync {
 
@@ -39,6 +41,30 @@ namespace {
 enum op : std::uint32_t { op_acquire = 1, op_try = 2, op_token = 3, op_deny = 4, op_probe = 5, op_probe_reply = 6 };
 
 // Why a probed token could not be retired (op_probe_reply carries the index).
+// Who holds a mutex on this rank: an OS thread, and the user-level thread running on it (upcalls;
+// nullptr outside one). Two fibers of one OS thread are different holders: the second waits.
+struct owner_id {
+  std::thread::id thread;
+  void* user = nullptr;
+  static owner_id me() { return {std::this_thread::get_id(), detail::current_user_thread()}; }
+  friend bool operator==(const owner_id&, const owner_id&) = default;
+};
+
+// The mutexes each user-level thread holds, so that a scheduler can refuse to let one end with a
+// lock held (mutexes_held_by). Touched only for holders on user-level threads.
+std::mutex g_user_held_mu;
+std::unordered_map<void*, std::size_t> g_user_held;
+
+void note_holder(const owner_id& o, bool taken) {
+  if (o.user == nullptr) return;
+  std::lock_guard lk(g_user_held_mu);
+  if (taken) {
+    ++g_user_held[o.user];
+  } else if (auto it = g_user_held.find(o.user); it != g_user_held.end() && --it->second == 0) {
+    g_user_held.erase(it);
+  }
+}
+
 constexpr const char* k_probe_answers[] = {nullptr, "held", "waited on", "lent out", "passing between ranks"};
 
 struct mutex_state final : object {
@@ -66,7 +92,7 @@ struct mutex_state final : object {
   stored_message arrived;   // a token (RELEASE) the application thread has yet to accept
   stored_message returned;  // a lent token that came back and was not yet accepted or passed on
   std::atomic<bool> local_owner{false};  // serializes this rank's application threads
-  std::thread::id owner_thread;          // the application thread that holds it (guarded by mu)
+  owner_id owner;                        // the application thread that holds it (guarded by mu)
   // Manager, while a destroy probe is out: the requests held back meanwhile (the message to pass
   // on, or none for this rank's own request), in arrival order.
   struct held_request {
@@ -89,6 +115,11 @@ struct mutex_state final : object {
   }
   void begin_destroy(int destroyer) override;
 };
+
+void set_owner_locked(mutex_state& s) {
+  s.owner = owner_id::me();
+  note_holder(s.owner, true);
+}
 
 std::shared_ptr<mutex_state> state_of(std::uint64_t id) { return current().use<mutex_state>(id, kind::mutex); }
 
@@ -319,7 +350,7 @@ void mutex_lock(std::uint64_t id, const char* what) {
   auto s = state_of(id);
   {
     std::lock_guard lk(s->mu);
-    if (s->held && s->owner_thread == std::this_thread::get_id())
+    if (s->held && s->owner == owner_id::me())
       detail::fail(MDSM_ERR_BUSY, what, ": mutex ", id_text(id), " is already held by this thread; an mdsm mutex is "
                    "not recursive (unlock it first)");
   }
@@ -339,7 +370,7 @@ void mutex_lock(std::uint64_t id, const char* what) {
     if (s->free_here()) {
       accept_returned_locked(*s, lk);
       s->held = true;
-      s->owner_thread = std::this_thread::get_id();
+      set_owner_locked(*s);
       return;
     }
     s->waiting = true;
@@ -359,7 +390,7 @@ void mutex_lock(std::uint64_t id, const char* what) {
     s->waiting = false;
     s->token = true;
     s->held = true;
-    s->owner_thread = std::this_thread::get_id();
+    set_owner_locked(*s);
   });
 }
 
@@ -379,7 +410,7 @@ bool mutex_try_lock(std::uint64_t id, const char* what) {
     if (s->free_here()) {
       accept_returned_locked(*s, lk);
       s->held = true;
-      s->owner_thread = std::this_thread::get_id();
+      set_owner_locked(*s);
       return true;
     }
     if (s->token || s->lent) {  // held here, or lent out: not free without waiting
@@ -403,7 +434,7 @@ bool mutex_try_lock(std::uint64_t id, const char* what) {
     if (got) {
       s->token = true;
       s->held = true;
-      s->owner_thread = std::this_thread::get_id();
+      set_owner_locked(*s);
     } else {
       s->local_owner.store(false, std::memory_order_release);
     }
@@ -419,6 +450,8 @@ void mutex_unlock(std::uint64_t id, const char* what) {
     detail::fail(MDSM_ERR_NOT_HELD, what, ": mutex ", id_text(id), " is not held by rank ", current().rank(),
                  "; unlock only a mutex this rank locked");
   s->held = false;
+  note_holder(s->owner, false);
+  s->owner = {};
   if (s->lender >= 0) {
     const int to = s->lender;
     s->lender = -1;
@@ -430,6 +463,12 @@ void mutex_unlock(std::uint64_t id, const char* what) {
     pass_token_locked(*s, to);
   }
   s->local_owner.store(false, std::memory_order_release);
+}
+
+std::size_t mutexes_held_by(void* user_thread) {
+  std::lock_guard lk(g_user_held_mu);
+  auto it = g_user_held.find(user_thread);
+  return it == g_user_held.end() ? 0 : it->second;
 }
 
 bool mutex_held(std::uint64_t id) {

@@ -355,6 +355,8 @@ void mutex_lock(std::uint64_t id, const char* what);
 bool mutex_try_lock(std::uint64_t id, const char* what);
 void mutex_unlock(std::uint64_t id, const char* what);
 bool mutex_held(std::uint64_t id);
+// How many mdsm mutexes user-level thread `user_thread` (upcalls::current's answer) holds.
+std::size_t mutexes_held_by(void* user_thread);
 bool semaphore_acquire(std::uint64_t id, bool is_try, const char* what);
 void semaphore_release(std::uint64_t id, long n, const char* what);
 void condition_wait(std::uint64_t id, std::uint64_t mutex_id, const char* what);

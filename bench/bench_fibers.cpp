@@ -1,0 +1,227 @@
+// Overlapping remote waits with fibers (issue 18): rank 0 reads K pages that rank 1 has just
+// written (each read is a fault that fetches the page's diff from rank 1), by F fibers at once
+// (F = 1, 2, 4, 8, 16: fiber f reads pages f, f + F, ...), next to the same reads done one after
+// another by the thread itself. Pages are every other unit, so no fetch takes a neighbour along
+// (readahead would hide the latency this measures). Rank 1 waits in the barrier meanwhile.
+//
+// The variants are interleaved: each round runs every variant once on freshly written pages, and
+// the report gives, per variant, the median over the rounds (with min and max) of the time per
+// page and the throughput relative to F = 1 taken within each round. It also gives the floor: the
+// reading rank's own time per page when nothing has to come from the network (a protection fault
+// on a page that is valid but read-protected costs trap + handler + mprotect, no fetch), which
+// bounds what any overlap can reach on one core.
+//
+// Run: tools/mdsmrun -n 2 build-rel/bench/bench_fibers [K] [rounds]
+#include <mdsm/fibers.hpp>
+#include <mdsm/mdsm.hpp>
+
+#include <mpi.h>
+#include <signal.h>
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace {
+
+constexpr std::size_t k_page = 4096;
+constexpr std::size_t k_words = k_page / sizeof(std::uint64_t);
+
+// The floor: what one page costs the reading rank with nothing from the network -- a read of a
+// PROT_NONE private page, the SIGSEGV (through mdsm's handler, which chains it here), and the
+// mprotect that opens it (as bench_coherence's fault/local_floor). Overlap hides round trips, not
+// this: on one core F fibers cannot read faster than one page per floor.
+char* g_floor = nullptr;
+std::size_t g_floor_pages = 0;
+void floor_handler(int, siginfo_t* info, void*) {
+  auto* p = static_cast<char*>(info->si_addr);
+  if (p < g_floor || p >= g_floor + g_floor_pages * k_page) std::abort();
+  mprotect(reinterpret_cast<void*>(reinterpret_cast<std::uintptr_t>(p) & ~(k_page - 1)), k_page, PROT_READ | PROT_WRITE);
+}
+double local_fault_floor_us(std::size_t k) {
+  if (g_floor == nullptr) {
+    g_floor_pages = k;
+    g_floor = static_cast<char*>(mmap(nullptr, k * k_page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+    for (std::size_t i = 0; i < k; ++i) g_floor[i * k_page] = 1;  // committed: the faults are protection only
+  }
+  struct sigaction ours {}, previous {};
+  ours.sa_sigaction = floor_handler;
+  ours.sa_flags = SA_SIGINFO | SA_NODEFER;
+  sigemptyset(&ours.sa_mask);
+  sigaction(SIGSEGV, &ours, &previous);
+  mprotect(g_floor, k * k_page, PROT_NONE);
+  const auto t0 = std::chrono::steady_clock::now();
+  for (std::size_t i = 0; i < k; ++i) (void)*static_cast<volatile char*>(g_floor + i * k_page);
+  const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+  sigaction(SIGSEGV, &previous, nullptr);
+  return us / static_cast<double>(k);
+}
+
+// The same number of request/reply round trips in plain MPI (16-byte request, 64-byte reply: about
+// a one-word diff), `window` outstanding at a time; rank 1 answers in a loop. What the machine
+// and transport give for overlapping round trips, whatever the DSM does: on one host both ranks'
+// CPU per message bounds it, not the wire's latency. Returns us per round trip (rank 0).
+double mpi_round_trips_us(int me, std::size_t k, int window) {
+  constexpr int k_tag = 4711, k_stop = 4712;
+  char req[16] = {}, reply[64] = {};
+  if (me == 1) {
+    for (;;) {
+      MPI_Status st;
+      MPI_Recv(req, sizeof req, MPI_BYTE, 0, MPI_ANY_TAG, MPI_COMM_WORLD, &st);
+      if (st.MPI_TAG == k_stop) return 0;
+      MPI_Send(reply, sizeof reply, MPI_BYTE, 0, k_tag, MPI_COMM_WORLD);
+    }
+  }
+  if (me != 0) return 0;
+  std::vector<MPI_Request> recvs(static_cast<std::size_t>(window));
+  std::vector<std::vector<char>> bufs(static_cast<std::size_t>(window), std::vector<char>(sizeof reply));
+  const auto t0 = std::chrono::steady_clock::now();
+  std::size_t sent = 0, done = 0;
+  for (int w = 0; w < window && sent < k; ++w, ++sent) {
+    MPI_Irecv(bufs[static_cast<std::size_t>(w)].data(), sizeof reply, MPI_BYTE, 1, k_tag, MPI_COMM_WORLD, &recvs[static_cast<std::size_t>(w)]);
+    MPI_Send(req, sizeof req, MPI_BYTE, 1, k_tag, MPI_COMM_WORLD);
+  }
+  while (done < k) {
+    int idx = 0;
+    MPI_Waitany(window, recvs.data(), &idx, MPI_STATUS_IGNORE);
+    ++done;
+    if (sent < k) {
+      MPI_Irecv(bufs[static_cast<std::size_t>(idx)].data(), sizeof reply, MPI_BYTE, 1, k_tag, MPI_COMM_WORLD, &recvs[static_cast<std::size_t>(idx)]);
+      MPI_Send(req, sizeof req, MPI_BYTE, 1, k_tag, MPI_COMM_WORLD);
+      ++sent;
+    }
+  }
+  const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+  MPI_Send(req, sizeof req, MPI_BYTE, 1, k_stop, MPI_COMM_WORLD);
+  return us / static_cast<double>(k);
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  mdsm::init(&argc, &argv);
+  const int me = mdsm::rank();
+  const std::size_t k = argc > 1 ? std::strtoul(argv[1], nullptr, 10) : 256;
+  const int rounds = argc > 2 ? std::atoi(argv[2]) : 15;
+  if (mdsm::size() < 2) {
+    if (me == 0) std::fprintf(stderr, "bench_fibers needs 2 ranks\n");
+    mdsm::finalize();
+    return 1;
+  }
+  mdsm::barrier b;
+  // Rank 0 tells rank 1 it has read everything (mode "computes": rank 1 computes until then).
+  static std::atomic<bool> g_read_done{false};
+  const mdsm::handler_id h_done =
+      mdsm::register_handler("bench.fibers.done", [](mdsm::message&) { g_read_done.store(true); });
+  const std::vector<int> variants = {0, 1, 2, 4, 8, 16};  // 0: the thread, no fibers
+  const char* modes[] = {"waits", "computes"};
+  std::map<std::pair<int, int>, std::vector<double>> per_page_us, speedup;  // (mode, variant)
+  std::vector<double> floor_us, mpi_gain;
+  std::map<int, std::vector<double>> mpi_us;
+  std::uint64_t stamp = 1;
+  for (int r = 0; r < rounds; ++r) {
+    for (int mode = 0; mode < 2; ++mode) {
+      std::map<int, double> this_round;
+      for (int f : variants) {
+        // Fresh pages for every measurement: rank 0 reads them once (its copies), rank 1 writes
+        // them, and the barrier invalidates rank 0's copies. (Pages rank 0 re-read after every
+        // write would come pushed along with the barrier, with no fault at all: COHERENCE.md.)
+        // Page 2i is the i-th page read; the odd ones stay valid at rank 0 (separators).
+        auto* block = static_cast<std::uint64_t*>(mdsm::alloc_collective(2 * k * k_page));
+        if (me == 0)
+          for (std::size_t i = 0; i < 2 * k; ++i) (void)*static_cast<volatile std::uint64_t*>(&block[i * k_words]);
+        b.arrive_and_wait();
+        if (me == 1)
+          for (std::size_t i = 0; i < k; ++i) block[2 * i * k_words] = stamp + i;
+        g_read_done.store(false);
+        b.arrive_and_wait();  // rank 0's copies of the pages are invalid now
+        if (me == 0) {
+          std::size_t wrong = 0;
+          const auto t0 = std::chrono::steady_clock::now();
+          auto read = [&](std::size_t from, std::size_t step) {
+            for (std::size_t i = from; i < k; i += step)
+              if (block[2 * i * k_words] != stamp + i) ++wrong;
+          };
+          if (f == 0) {
+            read(0, 1);
+          } else {
+            std::vector<mdsm::fibers::fiber> fs;
+            for (int j = 0; j < f; ++j)
+              fs.push_back(
+                  mdsm::fibers::spawn([&, j] { read(static_cast<std::size_t>(j), static_cast<std::size_t>(f)); }));
+            for (auto& x : fs) mdsm::fibers::join(x);
+          }
+          const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+          if (wrong != 0) {
+            std::fprintf(stderr, "bench_fibers: %zu wrong values\n", wrong);
+            MPI_Abort(MPI_COMM_WORLD, 1);
+          }
+          per_page_us[{mode, f}].push_back(us / static_cast<double>(k));
+          this_round[f] = us;
+          if (mode == 1) mdsm::send(1, h_done, {}, mdsm::annotation::none);
+        } else if (me == 1 && mode == 1) {
+          // Computes without entering mdsm (its progress thread serves rank 0's requests), as a
+          // rank of an application does while others read what it wrote.
+          volatile double x = 1.0;
+          while (!g_read_done.load(std::memory_order_acquire))
+            for (int i = 0; i < 1000; ++i) x = x * 1.0000001 + 1e-9;
+        }
+        stamp += k;
+        b.arrive_and_wait();
+        mdsm::free_collective(block);
+      }
+      if (me == 0)
+        for (int f : variants) speedup[{mode, f}].push_back(this_round[1] / this_round[f]);
+    }
+    if (me == 0) floor_us.push_back(local_fault_floor_us(k));
+    // Plain MPI round trips, one and eight outstanding (ranks other than 0 and 1 look on).
+    b.arrive_and_wait();
+    const double one = mpi_round_trips_us(me, k, 1);
+    b.arrive_and_wait();
+    const double eight = mpi_round_trips_us(me, k, 8);
+    b.arrive_and_wait();
+    if (me == 0) {
+      mpi_us[1].push_back(one);
+      mpi_us[8].push_back(eight);
+      mpi_gain.push_back(one / eight);
+    }
+  }
+  if (me == 0) {
+    std::printf("bench_fibers: rank 0 reads %zu remote pages (each a fault and a diff fetch from rank 1), %d rounds\n",
+                k, rounds);
+    for (int mode = 0; mode < 2; ++mode) {
+      std::printf("-- while rank 1 %s\n", modes[mode]);
+      std::printf("%-10s %12s %12s %12s %10s %10s %10s\n", "variant", "us/page med", "min", "max", "vs F=1 med",
+                  "min", "max");
+      for (int f : variants) {
+        auto& v = per_page_us[{mode, f}];
+        auto& s = speedup[{mode, f}];
+        std::printf("%-10s %12.2f %12.2f %12.2f %10.2f %10.2f %10.2f\n",
+                    f == 0 ? "thread" : ("F=" + std::to_string(f)).c_str(), median(v),
+                    *std::min_element(v.begin(), v.end()), *std::max_element(v.begin(), v.end()), median(s),
+                    *std::min_element(s.begin(), s.end()), *std::max_element(s.begin(), s.end()));
+      }
+    }
+    std::printf("floor: a local protection fault (trap + handler + mprotect, no network): %.2f us/page median "
+                "(the best any overlap reaches on the reading core: %.1fx F=1)\n",
+                median(floor_us), median(per_page_us[{0, 1}]) / median(floor_us));
+    std::printf("plain MPI round trips (16 B request, 64 B reply), same rounds: 1 outstanding %.2f us, 8 outstanding "
+                "%.2f us; gain %.2fx median (min %.2f, max %.2f) -- what overlapping round trips can give on this "
+                "machine and transport\n",
+                median(mpi_us[1]), median(mpi_us[8]), median(mpi_gain),
+                *std::min_element(mpi_gain.begin(), mpi_gain.end()), *std::max_element(mpi_gain.begin(), mpi_gain.end()));
+  }
+  mdsm::finalize();
+  return 0;
+}

@@ -1,0 +1,682 @@
+// mdsm's fiber scheduler (include/mdsm/fibers.hpp) on the upcalls of net::progress, and remote
+// spawn on annotated messages. docs/FIBERS.md.
+//
+// One scheduler per OS thread (thread-local), made at its first spawn. Context switches are
+// Boost.Context's (fcontext: a few dozen instructions, no system call, the signal mask untouched).
+// A fiber runs only on its scheduler's thread, so the ready queue a thread resumes from is its own;
+// wakes come from any thread (the delivery context) and go through `woken_`, under a lock.
+//
+// Invariants: a fiber is in at most one of ready_, woken_, "suspended in a wait" (between block and
+// wake), "waiting in join" (joiner of another) or running. The scheduler context (the thread's own
+// stack) resumes fibers; a fiber switches only back to it.
+#include <mdsm/fibers.hpp>
+
+#include "api/runtime.hpp"
+#include "common/check.hpp"
+#include "common/env.hpp"
+#include "common/spin_mutex.hpp"
+#include "common/wait_subject.hpp"
+#include "net/progress.hpp"
+#include "sync/services.hpp"
+
+#include <boost/context/fiber.hpp>
+#include <boost/context/protected_fixedsize_stack.hpp>
+
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <exception>
+#include <map>
+#include <mutex>
+#include <new>
+#include <string>
+
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define MDSM_FIBERS_ASAN 1
+#endif
+#if __has_feature(thread_sanitizer)
+#define MDSM_FIBERS_TSAN 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__)
+#define MDSM_FIBERS_ASAN 1
+#endif
+#if defined(__SANITIZE_THREAD__)
+#define MDSM_FIBERS_TSAN 1
+#endif
+#ifdef MDSM_FIBERS_ASAN
+#include <sanitizer/common_interface_defs.h>
+#endif
+#ifdef MDSM_FIBERS_TSAN
+#include <sanitizer/tsan_interface.h>
+#endif
+
+namespace ctx = boost::context;
+
+namespace mdsm::fibers {
+
+namespace {
+class scheduler;
+std::size_t default_stack_bytes() {
+  static const std::size_t b = [] {
+    const std::uint64_t kb = mdsm::detail::env_uint("MDSM_FIBER_STACK_KB", 256);
+    if (kb < 16 || kb > 1024 * 1024)
+      mdsm::detail::fail(MDSM_ERR_INVALID_ARGUMENT, "MDSM_FIBER_STACK_KB=", kb, " is outside [16, 1048576]");
+    return static_cast<std::size_t>(kb) * 1024;
+  }();
+  return b;
+}
+}  // namespace
+
+namespace detail {
+// A fiber's control block, in the non-coherent region (placement-new'd into nc_alloc'ed memory).
+struct fiber_block {
+  scheduler* sched = nullptr;
+  ctx::fiber context;             // the fiber's continuation while it is not running
+  std::function<void()> fn;
+  std::size_t stack_bytes = 0;
+  std::atomic<bool> ended{false};  // release: everything the fiber did happens before a join sees it
+  bool detached = false;           // freed by the scheduler when it ends (remote spawns)
+  fiber_block* joiner = nullptr;   // a fiber of the same scheduler waiting in join
+  std::atomic<bool> joined{false};  // someone joins it (one only)
+  std::exception_ptr error;
+#ifdef MDSM_FIBERS_ASAN
+  const void* stack_bottom = nullptr;
+  std::size_t stack_size = 0;
+#endif
+#ifdef MDSM_FIBERS_TSAN
+  void* tsan_fiber = nullptr;
+#endif
+};
+}  // namespace detail
+
+using detail::fiber_block;
+
+namespace {
+
+// The incoming remote spawns of this rank, for its first scheduling thread (the home scheduler).
+struct incoming_spawn {
+  handler_id task;
+  int origin;
+  std::uint64_t call;
+  annotation annot;
+  stored_message stored;         // a RELEASE kind: accepted by the task's fiber before it runs
+  std::vector<std::byte> bytes;  // otherwise the payload
+};
+
+struct remote_registry {
+  std::uint64_t session = 0;  // runtime::session it was made in
+  std::mutex mu;
+  handler_id h_reply = 0;
+  bool have_reply = false;
+  std::map<handler_id, std::pair<std::string, task_fn>> tasks;
+  std::deque<incoming_spawn> inbox;
+  std::atomic<std::size_t> inbox_size{0};
+  std::uint64_t next_call = 1;
+  std::map<std::uint64_t, std::shared_ptr<detail::remote_call>> calls;  // outstanding, by id
+  scheduler* home = nullptr;
+};
+remote_registry g_remote;
+
+class scheduler {
+ public:
+  scheduler() {
+    std::lock_guard lk(g_remote.mu);
+    if (g_remote.home == nullptr) g_remote.home = this;
+#ifdef MDSM_FIBERS_TSAN
+    main_tsan_ = __tsan_get_current_fiber();
+#endif
+  }
+  ~scheduler() {
+    {
+      std::lock_guard lk(g_remote.mu);
+      if (g_remote.home == this) g_remote.home = nullptr;
+    }
+    if (live_ != 0)
+      std::fprintf(stderr, "mdsm: a thread ended with %zu fiber(s) that had not ended; their stacks are leaked\n", live_);
+    for (auto& s : stacks_) ctx::protected_fixedsize_stack(s.size).deallocate(s);
+  }
+
+  fiber_block* running() const noexcept { return running_; }
+  std::size_t live() const noexcept { return live_; }
+
+  fiber_block* spawn(std::function<void()> fn, std::size_t stack_bytes, bool detached) {
+    void* mem = nc_alloc(sizeof(fiber_block));
+    auto* f = new (mem) fiber_block;
+    f->sched = this;
+    f->fn = std::move(fn);
+    f->detached = detached;
+    f->stack_bytes = stack_bytes;
+    try {
+      f->context = ctx::fiber(std::allocator_arg, stack_source{this, f, stack_bytes},
+                              [f](ctx::fiber&& from) { return f->sched->body(f, std::move(from)); });
+    } catch (...) {
+      f->~fiber_block();
+      nc_free(mem);
+      throw;
+    }
+#ifdef MDSM_FIBERS_TSAN
+    f->tsan_fiber = __tsan_create_fiber(0);
+#endif
+    ++live_;
+    ready_.push_back(f);
+    return f;
+  }
+
+  // ---- from a fiber ----
+  // Switches to the scheduler context; returns when this fiber is resumed.
+  void suspend() {
+    fiber_block* me = running_;
+    const net::switched_state mine = net::switched_state::take();
+    to_scheduler(me);
+    mine.restore();
+  }
+  void yield_fiber() {
+    ready_.push_back(running_);
+    suspend();
+  }
+  void join_from_fiber(fiber_block* f) {
+    if (!f->ended.load(std::memory_order_acquire)) {
+      f->joiner = running_;
+      suspend();  // finish() makes it ready
+    }
+  }
+
+  // ---- wakes (any thread) ----
+  void wake(fiber_block* f) {
+    std::lock_guard lk(woken_mu_);
+    woken_.push_back(f);
+    woken_count_.fetch_add(1, std::memory_order_release);
+  }
+
+  // ---- from the scheduler context ----
+  bool has_work() const noexcept {
+    return !ready_.empty() || woken_count_.load(std::memory_order_acquire) != 0 ||
+           (g_remote.home == this && g_remote.inbox_size.load(std::memory_order_acquire) != 0);
+  }
+  // Runs fibers until done() holds.
+  template <class Done>
+  void run_until(Done&& done) {
+    mdsm::detail::wait_subject subject{.what = "the fibers of this thread, all waiting inside mdsm",
+                                       .detail = &describe_blocked};
+    while (!done()) {
+      if (fiber_block* f = next()) {
+        resume(f);
+        continue;
+      }
+      if (done()) return;
+      // Nothing to run: wait (polling, as any wait outside a fiber) until a wake or a spawn.
+      mdsm::detail::waiting_for waiting(subject);
+      mdsm::wait_until([&] { return has_work() || done(); });
+    }
+  }
+  // Runs each fiber ready now once.
+  void run_round() {
+    poll();
+    take_woken();
+    start_incoming();
+    for (std::size_t n = ready_.size(); n > 0 && !ready_.empty(); --n) {
+      fiber_block* f = ready_.front();
+      ready_.pop_front();
+      resume(f);
+    }
+  }
+  void forget(fiber_block* f) {
+    f->~fiber_block();
+    nc_free(f);
+  }
+
+ private:
+  // Stacks with a guard page below them, kept for reuse (a remote spawn is a fiber each).
+  struct stack_source {
+    scheduler* s;
+    fiber_block* f;
+    std::size_t size;
+    ctx::stack_context allocate() {
+      ctx::stack_context sc{};
+      bool reused = false;
+      for (auto it = s->stacks_.begin(); it != s->stacks_.end(); ++it)
+        if (it->size == size + k_guard) {
+          sc = *it;
+          s->stacks_.erase(it);
+          reused = true;
+          break;
+        }
+      if (!reused) sc = ctx::protected_fixedsize_stack(size + k_guard).allocate();
+#ifdef MDSM_FIBERS_ASAN
+      f->stack_bottom = static_cast<const char*>(sc.sp) - sc.size;
+      f->stack_size = sc.size;
+#endif
+      (void)f;
+      return sc;
+    }
+    void deallocate(ctx::stack_context& sc) noexcept {
+      if (s->stacks_.size() < k_stacks_kept) s->stacks_.push_back(sc);
+      else ctx::protected_fixedsize_stack(sc.size).deallocate(sc);
+    }
+  };
+  static constexpr std::size_t k_guard = 4096;
+  static constexpr std::size_t k_stacks_kept = 64;
+
+  static std::string describe_blocked(const void*) {
+    mdsm::detail::runtime& r = mdsm::detail::rt();
+    const std::string b = r.progress->describe_blocked();
+    return b.empty() ? "(no fiber waits inside mdsm: they wait in join or for spawns)" : "they wait for " + b;
+  }
+
+  fiber_block* next() {
+    poll();
+    take_woken();
+    start_incoming();
+    if (ready_.empty()) return nullptr;
+    fiber_block* f = ready_.front();
+    ready_.pop_front();
+    return f;
+  }
+  void take_woken() {
+    if (woken_count_.load(std::memory_order_acquire) == 0) return;
+    std::lock_guard lk(woken_mu_);
+    for (fiber_block* f : woken_) ready_.push_back(f);
+    woken_count_.fetch_sub(woken_.size(), std::memory_order_release);
+    woken_.clear();
+  }
+  void start_incoming();
+
+  void resume(fiber_block* f) {
+    const net::switched_state outside = net::switched_state::take();
+    running_ = f;
+#ifdef MDSM_FIBERS_ASAN
+    void* fake = nullptr;
+    __sanitizer_start_switch_fiber(&fake, f->stack_bottom, f->stack_size);
+#endif
+#ifdef MDSM_FIBERS_TSAN
+    __tsan_switch_to_fiber(f->tsan_fiber, 0);
+#endif
+    f->context = std::move(f->context).resume();
+#ifdef MDSM_FIBERS_ASAN
+    __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
+#endif
+    running_ = nullptr;
+    outside.restore();
+    if (f->ended.load(std::memory_order_relaxed)) finish(f);
+  }
+  // On a fiber: back to the scheduler context.
+  void to_scheduler(fiber_block* me) {
+#ifdef MDSM_FIBERS_ASAN
+    void* fake = nullptr;
+    __sanitizer_start_switch_fiber(&fake, main_bottom_, main_size_);
+#endif
+#ifdef MDSM_FIBERS_TSAN
+    __tsan_switch_to_fiber(main_tsan_, 0);
+#endif
+    main_ = std::move(main_).resume();
+#ifdef MDSM_FIBERS_ASAN
+    __sanitizer_finish_switch_fiber(fake, &main_bottom_, &main_size_);
+#endif
+    (void)me;
+  }
+  ctx::fiber body(fiber_block* f, ctx::fiber&& from) {
+    main_ = std::move(from);
+#ifdef MDSM_FIBERS_ASAN
+    __sanitizer_finish_switch_fiber(nullptr, &main_bottom_, &main_size_);
+#endif
+    try {
+      f->fn();
+    } catch (const ctx::detail::forced_unwind&) {
+      throw;
+    } catch (...) {
+      f->error = std::current_exception();
+    }
+    f->fn = nullptr;  // what it captured goes now, on this thread
+    if (const std::size_t held = sync::mutexes_held_by(f); held != 0 && !f->error)
+      f->error = std::make_exception_ptr(error(
+          MDSM_ERR_TASK_FAILED, "mdsm: a fiber ended holding " + std::to_string(held) +
+                                    " mdsm mutex(es); they stay locked (unlock every mutex a fiber locks before it "
+                                    "returns)"));
+    f->ended.store(true, std::memory_order_release);
+#ifdef MDSM_FIBERS_ASAN
+    __sanitizer_start_switch_fiber(nullptr, main_bottom_, main_size_);
+#endif
+#ifdef MDSM_FIBERS_TSAN
+    __tsan_switch_to_fiber(main_tsan_, 0);
+#endif
+    return std::move(main_);
+  }
+  void finish(fiber_block* f) {
+    --live_;
+#ifdef MDSM_FIBERS_TSAN
+    __tsan_destroy_fiber(f->tsan_fiber);
+    f->tsan_fiber = nullptr;
+#endif
+    if (f->joiner != nullptr) ready_.push_back(std::exchange(f->joiner, nullptr));
+    if (f->detached) {
+      if (f->error) {
+        try {
+          std::rethrow_exception(f->error);
+        } catch (const std::exception& e) {
+          std::fprintf(stderr, "mdsm: a detached fiber ended with an exception: %s\n", e.what());
+        } catch (...) {
+          std::fprintf(stderr, "mdsm: a detached fiber ended with an exception\n");
+        }
+      }
+      forget(f);
+    }
+  }
+
+  std::deque<fiber_block*> ready_;
+  mdsm::detail::spin_mutex woken_mu_;
+  std::vector<fiber_block*> woken_;
+  std::atomic<std::size_t> woken_count_{0};
+  fiber_block* running_ = nullptr;
+  ctx::fiber main_;  // the scheduler context, while a fiber runs
+  std::size_t live_ = 0;
+  std::vector<ctx::stack_context> stacks_;
+#ifdef MDSM_FIBERS_ASAN
+  const void* main_bottom_ = nullptr;
+  std::size_t main_size_ = 0;
+#endif
+#ifdef MDSM_FIBERS_TSAN
+  void* main_tsan_ = nullptr;
+#endif
+};
+
+thread_local std::unique_ptr<scheduler> t_sched;
+std::uint64_t g_upcalls_session = 0;  // the runtime session the upcalls were set in
+std::mutex g_upcalls_mu;
+
+void* current_fiber(void*) { return t_sched ? t_sched->running() : nullptr; }
+void block_fiber(wait_token*, void* waiter, void*) { static_cast<fiber_block*>(waiter)->sched->suspend(); }
+void wake_fiber(wait_token*, void* waiter, void*) {
+  auto* f = static_cast<fiber_block*>(waiter);
+  f->sched->wake(f);
+}
+
+// The registry of remote spawns belongs to one runtime session.
+void reset_registry_if_stale(mdsm::detail::runtime& r) {
+  if (g_remote.session == r.session) return;
+  g_remote.session = r.session;
+  g_remote.have_reply = false;
+  g_remote.tasks.clear();
+  g_remote.inbox.clear();
+  g_remote.inbox_size.store(0);
+  g_remote.calls.clear();
+}
+
+scheduler& this_scheduler(const char* what) {
+  mdsm::detail::runtime& r = mdsm::detail::rt();
+  if (const char* h = net::current_handler())
+    mdsm::detail::fail(MDSM_ERR_HANDLER_CONTEXT, what, " was called from message handler '", h,
+                       "'; fibers belong to application threads");
+  {
+    std::lock_guard lk(g_upcalls_mu);
+    if (g_upcalls_session != r.session) {
+      set_upcalls(upcalls{&current_fiber, &block_fiber, &wake_fiber, nullptr});
+      g_upcalls_session = r.session;
+    }
+  }
+  {
+    std::lock_guard lk(g_remote.mu);
+    reset_registry_if_stale(r);
+  }
+  if (!t_sched) t_sched = std::make_unique<scheduler>();
+  return *t_sched;
+}
+
+void outside_fiber(const char* what) {
+  if (t_sched && t_sched->running() != nullptr)
+    mdsm::detail::fail(MDSM_ERR_BUSY, what, " runs the scheduler and cannot be called from a fiber");
+}
+
+}  // namespace
+
+// ---- fibers ------------------------------------------------------------------------------------
+
+fiber spawn(std::function<void()> fn, const spawn_options& opts) {
+  if (!fn) mdsm::detail::fail(MDSM_ERR_INVALID_ARGUMENT, "fibers::spawn: empty function");
+  scheduler& s = this_scheduler("fibers::spawn");
+  const std::size_t stack = opts.stack_bytes != 0 ? opts.stack_bytes : default_stack_bytes();
+  if (stack < 16 * 1024)
+    mdsm::detail::fail(MDSM_ERR_INVALID_ARGUMENT, "fibers::spawn: a stack of ", stack,
+                       " bytes is too small (at least 16 KiB; mdsm's fault path runs on it)");
+  return fiber(s.spawn(std::move(fn), (stack + 4095) / 4096 * 4096, false));
+}
+
+void yield() {
+  scheduler& s = this_scheduler("fibers::yield");
+  if (s.running() != nullptr) s.yield_fiber();
+  else s.run_round();
+}
+
+void join(fiber f) {
+  if (!f) mdsm::detail::fail(MDSM_ERR_INVALID_HANDLE, "fibers::join: a null fiber");
+  fiber_block* b = f.b_;
+  scheduler& s = this_scheduler("fibers::join");
+  if (b == s.running()) mdsm::detail::fail(MDSM_ERR_BUSY, "fibers::join: a fiber cannot join itself");
+  if (b->joined.exchange(true, std::memory_order_acq_rel))
+    mdsm::detail::fail(MDSM_ERR_BUSY, "fibers::join: the fiber is joined already (or by another thread)");
+  if (b->sched == &s) {
+    if (s.running() != nullptr) s.join_from_fiber(b);
+    else s.run_until([b] { return b->ended.load(std::memory_order_acquire); });
+  } else {
+    mdsm::wait_until([b] { return b->ended.load(std::memory_order_acquire); });
+  }
+  std::exception_ptr e = b->error;
+  b->sched->forget(b);
+  if (e) std::rethrow_exception(e);
+}
+
+bool in_fiber() noexcept { return t_sched && t_sched->running() != nullptr; }
+
+std::size_t live() noexcept { return t_sched ? t_sched->live() : 0; }
+
+void run() {
+  outside_fiber("fibers::run");
+  scheduler& s = this_scheduler("fibers::run");
+  s.run_until([&s] { return s.live() == 0; });
+}
+
+void run_until(const std::function<bool()>& done) {
+  if (!done) mdsm::detail::fail(MDSM_ERR_INVALID_ARGUMENT, "fibers::run_until: empty predicate");
+  outside_fiber("fibers::run_until");
+  this_scheduler("fibers::run_until").run_until([&] { return done(); });
+}
+
+// ---- remote spawn ------------------------------------------------------------------------------
+
+namespace detail {
+struct remote_call {
+  std::atomic<bool> arrived{false};
+  bool taken = false;
+  stored_message stored;             // a RELEASE reply, accepted by get()
+  std::vector<std::byte> bytes;      // a NONE reply's payload
+  std::string task;                  // for messages
+  int rank = -1;
+};
+}  // namespace detail
+
+namespace {
+
+// Spawn payload: call id, then the arguments. Reply payload: call id, ok (1 byte), then the
+// result (ok) or the task's error message.
+constexpr std::size_t k_call_bytes = sizeof(std::uint64_t);
+
+void on_reply(message& m) {
+  const auto p = m.payload();
+  if (p.size() < k_call_bytes + 1)
+    mdsm::detail::fail(MDSM_ERR_MALFORMED, "remote spawn reply of ", p.size(), " bytes from rank ", m.source());
+  std::uint64_t id;
+  std::memcpy(&id, p.data(), sizeof id);
+  std::shared_ptr<detail::remote_call> c;
+  {
+    std::lock_guard lk(g_remote.mu);
+    auto it = g_remote.calls.find(id);
+    if (it != g_remote.calls.end()) {
+      c = std::move(it->second);
+      g_remote.calls.erase(it);
+    }
+  }
+  if (!c) {
+    if (m.annot() == annotation::release || m.annot() == annotation::release_nt) m.accept();
+    mdsm::detail::fail(MDSM_ERR_MALFORMED, "a remote spawn reply from rank ", m.source(), " names call ", id,
+                       ", which this rank is not waiting for");
+  }
+  if (m.annot() == annotation::release || m.annot() == annotation::release_nt) c->stored = m.store();
+  else c->bytes.assign(p.begin(), p.end());
+  c->arrived.store(true, std::memory_order_release);
+}
+
+void on_spawn(message& m) {
+  const auto p = m.payload();
+  if (p.size() < k_call_bytes) {
+    if (m.annot() == annotation::release || m.annot() == annotation::release_nt) m.accept();
+    mdsm::detail::fail(MDSM_ERR_MALFORMED, "remote spawn of ", p.size(), " bytes from rank ", m.source());
+  }
+  incoming_spawn in{m.handler(), m.origin(), 0, m.annot(), {}, {}};
+  std::memcpy(&in.call, p.data(), sizeof in.call);
+  if (m.annot() == annotation::release || m.annot() == annotation::release_nt) in.stored = m.store();
+  else in.bytes.assign(p.begin(), p.end());
+  std::lock_guard lk(g_remote.mu);
+  g_remote.inbox.push_back(std::move(in));
+  g_remote.inbox_size.fetch_add(1, std::memory_order_release);
+}
+
+// The body of a remotely spawned fiber.
+void run_spawned(incoming_spawn& in) {
+  if (in.stored) in.stored.accept();  // the task sees the spawner's writes
+  const std::span<const std::byte> p = in.stored ? in.stored.payload() : std::span<const std::byte>(in.bytes);
+  const std::span<const std::byte> args = p.subspan(k_call_bytes);
+  task_fn fn;
+  handler_id h_reply;
+  {
+    std::lock_guard lk(g_remote.mu);
+    fn = g_remote.tasks.at(in.task).second;
+    h_reply = g_remote.h_reply;
+  }
+  std::vector<std::byte> out(k_call_bytes + 1);
+  std::memcpy(out.data(), &in.call, sizeof in.call);
+  try {
+    std::vector<std::byte> r = fn(args);
+    out[k_call_bytes] = std::byte{1};
+    out.insert(out.end(), r.begin(), r.end());
+  } catch (const std::exception& e) {
+    const std::string what = e.what();
+    out[k_call_bytes] = std::byte{0};
+    for (char c : what) out.push_back(static_cast<std::byte>(c));
+  } catch (...) {
+    out[k_call_bytes] = std::byte{0};
+  }
+  send(in.origin, h_reply, out, in.annot == annotation::none ? annotation::none : annotation::release);
+}
+
+void scheduler::start_incoming() {
+  if (g_remote.home != this || g_remote.inbox_size.load(std::memory_order_acquire) == 0) return;
+  std::deque<incoming_spawn> batch;
+  {
+    std::lock_guard lk(g_remote.mu);
+    batch.swap(g_remote.inbox);
+    g_remote.inbox_size.store(0, std::memory_order_release);
+  }
+  for (incoming_spawn& in : batch) {
+    auto shared = std::make_shared<incoming_spawn>(std::move(in));
+    spawn([shared] { run_spawned(*shared); }, default_stack_bytes(), true);
+  }
+}
+
+}  // namespace
+
+task_id register_task(std::string_view name, task_fn fn) {
+  if (!fn) mdsm::detail::fail(MDSM_ERR_INVALID_ARGUMENT, "fibers::register_task: empty function");
+  mdsm::detail::runtime& r = mdsm::detail::rt_blocking("fibers::register_task");
+  bool need_reply;
+  {
+    std::lock_guard lk(g_remote.mu);
+    reset_registry_if_stale(r);
+    need_reply = !g_remote.have_reply;
+  }
+  // Collective like every registration: each rank registers the reply handler before its first
+  // task, so the handler ids agree.
+  if (need_reply) {
+    const handler_id h = register_handler("mdsm.fibers.reply", &on_reply);
+    std::lock_guard lk(g_remote.mu);
+    g_remote.h_reply = h;
+    g_remote.have_reply = true;
+  }
+  std::string full = "mdsm.fibers.task:";
+  full += name;
+  const handler_id h = register_handler(full, &on_spawn);
+  std::lock_guard lk(g_remote.mu);
+  g_remote.tasks[h] = {std::string(name), std::move(fn)};
+  return h;
+}
+
+remote_result spawn_remote(int rank, task_id task, std::span<const std::byte> args, annotation a) {
+  mdsm::detail::runtime& r = mdsm::detail::rt();
+  if (rank < 0 || rank >= r.transport->size())
+    mdsm::detail::fail(MDSM_ERR_INVALID_RANK, "fibers::spawn_remote: rank ", rank, " is outside [0, ",
+                       r.transport->size(), ")");
+  if (a != annotation::none && a != annotation::request && a != annotation::release && a != annotation::release_nt)
+    mdsm::detail::fail(MDSM_ERR_INVALID_ANNOTATION, "fibers::spawn_remote: annotation ", static_cast<int>(a));
+  if (args.data() == nullptr && !args.empty())
+    mdsm::detail::fail(MDSM_ERR_INVALID_ARGUMENT, "fibers::spawn_remote: null arguments with a nonzero length");
+  auto c = std::make_shared<detail::remote_call>();
+  c->rank = rank;
+  std::uint64_t id;
+  {
+    std::lock_guard lk(g_remote.mu);
+    reset_registry_if_stale(r);
+    auto it = g_remote.tasks.find(task);
+    if (it == g_remote.tasks.end())
+      mdsm::detail::fail(MDSM_ERR_UNKNOWN_HANDLER, "fibers::spawn_remote: task ", task,
+                         " was never registered (fibers::register_task)");
+    c->task = it->second.first;
+    id = g_remote.next_call++;
+    g_remote.calls[id] = c;
+  }
+  std::vector<std::byte> out(k_call_bytes);
+  std::memcpy(out.data(), &id, sizeof id);
+  out.insert(out.end(), args.begin(), args.end());
+  try {
+    send(rank, task, out, a);
+  } catch (...) {
+    std::lock_guard lk(g_remote.mu);
+    g_remote.calls.erase(id);
+    throw;
+  }
+  return remote_result(std::move(c));
+}
+
+bool remote_result::ready() const {
+  if (!c_) mdsm::detail::fail(MDSM_ERR_INVALID_HANDLE, "remote_result::ready: an empty result");
+  return c_->arrived.load(std::memory_order_acquire);
+}
+
+std::vector<std::byte> remote_result::get() {
+  if (!c_ || c_->taken) mdsm::detail::fail(MDSM_ERR_INVALID_HANDLE, "remote_result::get: an empty or used result");
+  detail::remote_call& c = *c_;
+  {
+    mdsm::detail::wait_subject subject{.what = "the result of a remote spawn", .object = "call", .peer = c.rank,
+                                       .peer_role = "which runs the task"};
+    mdsm::detail::waiting_for waiting(subject);
+    mdsm::wait_until([&c] { return c.arrived.load(std::memory_order_acquire); });
+  }
+  c.taken = true;
+  if (c.stored) c.stored.accept();
+  const std::span<const std::byte> p = c.stored ? c.stored.payload() : std::span<const std::byte>(c.bytes);
+  const bool ok = p[k_call_bytes] == std::byte{1};
+  std::vector<std::byte> result(p.begin() + static_cast<std::ptrdiff_t>(k_call_bytes + 1), p.end());
+  std::shared_ptr<detail::remote_call> keep = std::move(c_);
+  if (!ok) {
+    std::string what(reinterpret_cast<const char*>(result.data()), result.size());
+    mdsm::detail::fail(MDSM_ERR_TASK_FAILED, "remote task '", keep->task, "' on rank ", keep->rank,
+                       " ended with an exception: ", what.empty() ? "(not a std::exception)" : what);
+  }
+  return result;
+}
+
+void remote_result::check_size(std::size_t got, std::size_t want) {
+  if (got != want)
+    mdsm::detail::fail(MDSM_ERR_INVALID_ARGUMENT, "remote_result::get_as: the result has ", got, " bytes, not ", want);
+}
+
+}  // namespace mdsm::fibers

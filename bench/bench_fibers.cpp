@@ -42,7 +42,8 @@ std::size_t g_floor_pages = 0;
 void floor_handler(int, siginfo_t* info, void*) {
   auto* p = static_cast<char*>(info->si_addr);
   if (p < g_floor || p >= g_floor + g_floor_pages * k_page) std::abort();
-  mprotect(reinterpret_cast<void*>(reinterpret_cast<std::uintptr_t>(p) & ~(k_page - 1)), k_page, PROT_READ | PROT_WRITE);
+  mprotect(reinterpret_cast<void*>(reinterpret_cast<std::uintptr_t>(p) & ~(k_page - 1)), k_page,
+           PROT_READ | PROT_WRITE);
 }
 double local_fault_floor_us(std::size_t k) {
   if (g_floor == nullptr) {
@@ -50,7 +51,8 @@ double local_fault_floor_us(std::size_t k) {
     g_floor = static_cast<char*>(mmap(nullptr, k * k_page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
     for (std::size_t i = 0; i < k; ++i) g_floor[i * k_page] = 1;  // committed: the faults are protection only
   }
-  struct sigaction ours {}, previous {};
+  struct sigaction ours {
+  }, previous{};
   ours.sa_sigaction = floor_handler;
   ours.sa_flags = SA_SIGINFO | SA_NODEFER;
   sigemptyset(&ours.sa_mask);
@@ -84,7 +86,8 @@ double mpi_round_trips_us(int me, std::size_t k, int window) {
   const auto t0 = std::chrono::steady_clock::now();
   std::size_t sent = 0, done = 0;
   for (int w = 0; w < window && sent < k; ++w, ++sent) {
-    MPI_Irecv(bufs[static_cast<std::size_t>(w)].data(), sizeof reply, MPI_BYTE, 1, k_tag, MPI_COMM_WORLD, &recvs[static_cast<std::size_t>(w)]);
+    MPI_Irecv(bufs[static_cast<std::size_t>(w)].data(), sizeof reply, MPI_BYTE, 1, k_tag, MPI_COMM_WORLD,
+              &recvs[static_cast<std::size_t>(w)]);
     MPI_Send(req, sizeof req, MPI_BYTE, 1, k_tag, MPI_COMM_WORLD);
   }
   while (done < k) {
@@ -92,7 +95,8 @@ double mpi_round_trips_us(int me, std::size_t k, int window) {
     MPI_Waitany(window, recvs.data(), &idx, MPI_STATUS_IGNORE);
     ++done;
     if (sent < k) {
-      MPI_Irecv(bufs[static_cast<std::size_t>(idx)].data(), sizeof reply, MPI_BYTE, 1, k_tag, MPI_COMM_WORLD, &recvs[static_cast<std::size_t>(idx)]);
+      MPI_Irecv(bufs[static_cast<std::size_t>(idx)].data(), sizeof reply, MPI_BYTE, 1, k_tag, MPI_COMM_WORLD,
+                &recvs[static_cast<std::size_t>(idx)]);
       MPI_Send(req, sizeof req, MPI_BYTE, 1, k_tag, MPI_COMM_WORLD);
       ++sent;
     }
@@ -202,8 +206,8 @@ int main(int argc, char** argv) {
                 k, rounds);
     for (int mode = 0; mode < 2; ++mode) {
       std::printf("-- while rank 1 %s\n", modes[mode]);
-      std::printf("%-10s %12s %12s %12s %10s %10s %10s\n", "variant", "us/page med", "min", "max", "vs F=1 med",
-                  "min", "max");
+      std::printf("%-10s %12s %12s %12s %10s %10s %10s\n", "variant", "us/page med", "min", "max", "vs F=1 med", "min",
+                  "max");
       for (int f : variants) {
         auto& v = per_page_us[{mode, f}];
         auto& s = speedup[{mode, f}];
@@ -213,14 +217,16 @@ int main(int argc, char** argv) {
                     *std::min_element(s.begin(), s.end()), *std::max_element(s.begin(), s.end()));
       }
     }
-    std::printf("floor: a local protection fault (trap + handler + mprotect, no network): %.2f us/page median "
-                "(the best any overlap reaches on the reading core: %.1fx F=1)\n",
-                median(floor_us), median(per_page_us[{0, 1}]) / median(floor_us));
-    std::printf("plain MPI round trips (16 B request, 64 B reply), same rounds: 1 outstanding %.2f us, 8 outstanding "
-                "%.2f us; gain %.2fx median (min %.2f, max %.2f) -- what overlapping round trips can give on this "
-                "machine and transport\n",
-                median(mpi_us[1]), median(mpi_us[8]), median(mpi_gain),
-                *std::min_element(mpi_gain.begin(), mpi_gain.end()), *std::max_element(mpi_gain.begin(), mpi_gain.end()));
+    std::printf(
+        "floor: a local protection fault (trap + handler + mprotect, no network): %.2f us/page median "
+        "(the best any overlap reaches on the reading core: %.1fx F=1)\n",
+        median(floor_us), median(per_page_us[{0, 1}]) / median(floor_us));
+    std::printf(
+        "plain MPI round trips (16 B request, 64 B reply), same rounds: 1 outstanding %.2f us, 8 outstanding "
+        "%.2f us; gain %.2fx median (min %.2f, max %.2f) -- what overlapping round trips can give on this "
+        "machine and transport\n",
+        median(mpi_us[1]), median(mpi_us[8]), median(mpi_gain), *std::min_element(mpi_gain.begin(), mpi_gain.end()),
+        *std::max_element(mpi_gain.begin(), mpi_gain.end()));
   }
   mdsm::finalize();
   return 0;

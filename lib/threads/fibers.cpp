@@ -73,12 +73,11 @@ namespace detail {
 // A fiber's control block, in the non-coherent region (placement-new'd into nc_alloc'ed memory).
 struct fiber_block {
   scheduler* sched = nullptr;
-  ctx::fiber context;             // the fiber's continuation while it is not running
+  ctx::fiber context;  // the fiber's continuation while it is not running
   std::function<void()> fn;
-  std::size_t stack_bytes = 0;
-  std::atomic<bool> ended{false};  // release: everything the fiber did happens before a join sees it
-  bool detached = false;           // freed by the scheduler when it ends (remote spawns)
-  fiber_block* joiner = nullptr;   // a fiber of the same scheduler waiting in join
+  std::atomic<bool> ended{false};   // release: everything the fiber did happens before a join sees it
+  bool detached = false;            // freed by the scheduler when it ends (remote spawns)
+  fiber_block* joiner = nullptr;    // a fiber of the same scheduler waiting in join
   std::atomic<bool> joined{false};  // someone joins it (one only)
   std::exception_ptr error;
 #ifdef MDSM_FIBERS_ASAN
@@ -115,7 +114,7 @@ struct remote_registry {
   std::atomic<std::size_t> inbox_size{0};
   std::uint64_t next_call = 1;
   std::map<std::uint64_t, std::shared_ptr<detail::remote_call>> calls;  // outstanding, by id
-  scheduler* home = nullptr;
+  std::atomic<scheduler*> home{nullptr};                                // written under mu
 };
 remote_registry g_remote;
 
@@ -123,7 +122,7 @@ class scheduler {
  public:
   scheduler() {
     std::lock_guard lk(g_remote.mu);
-    if (g_remote.home == nullptr) g_remote.home = this;
+    if (g_remote.home.load() == nullptr) g_remote.home.store(this);
 #ifdef MDSM_FIBERS_TSAN
     main_tsan_ = __tsan_get_current_fiber();
 #endif
@@ -131,10 +130,11 @@ class scheduler {
   ~scheduler() {
     {
       std::lock_guard lk(g_remote.mu);
-      if (g_remote.home == this) g_remote.home = nullptr;
+      if (g_remote.home.load() == this) g_remote.home.store(nullptr);
     }
     if (live_ != 0)
-      std::fprintf(stderr, "mdsm: a thread ended with %zu fiber(s) that had not ended; their stacks are leaked\n", live_);
+      std::fprintf(stderr, "mdsm: a thread ended with %zu fiber(s) that had not ended; their stacks are leaked\n",
+                   live_);
     for (auto& s : stacks_) ctx::protected_fixedsize_stack(s.size).deallocate(s);
   }
 
@@ -147,7 +147,6 @@ class scheduler {
     f->sched = this;
     f->fn = std::move(fn);
     f->detached = detached;
-    f->stack_bytes = stack_bytes;
     try {
       f->context = ctx::fiber(std::allocator_arg, stack_source{this, f, stack_bytes},
                               [f](ctx::fiber&& from) { return f->sched->body(f, std::move(from)); });
@@ -167,9 +166,8 @@ class scheduler {
   // ---- from a fiber ----
   // Switches to the scheduler context; returns when this fiber is resumed.
   void suspend() {
-    fiber_block* me = running_;
     const net::switched_state mine = net::switched_state::take();
-    to_scheduler(me);
+    to_scheduler();
     mine.restore();
   }
   void yield_fiber() {
@@ -193,7 +191,8 @@ class scheduler {
   // ---- from the scheduler context ----
   bool has_work() const noexcept {
     return !ready_.empty() || woken_count_.load(std::memory_order_acquire) != 0 ||
-           (g_remote.home == this && g_remote.inbox_size.load(std::memory_order_acquire) != 0);
+           (g_remote.home.load(std::memory_order_relaxed) == this &&
+            g_remote.inbox_size.load(std::memory_order_acquire) != 0);
   }
   // Runs fibers until done() holds.
   template <class Done>
@@ -252,8 +251,10 @@ class scheduler {
       return sc;
     }
     void deallocate(ctx::stack_context& sc) noexcept {
-      if (s->stacks_.size() < k_stacks_kept) s->stacks_.push_back(sc);
-      else ctx::protected_fixedsize_stack(sc.size).deallocate(sc);
+      if (s->stacks_.size() < k_stacks_kept)
+        s->stacks_.push_back(sc);
+      else
+        ctx::protected_fixedsize_stack(sc.size).deallocate(sc);
     }
   };
   static constexpr std::size_t k_guard = 4096;
@@ -302,7 +303,7 @@ class scheduler {
     if (f->ended.load(std::memory_order_relaxed)) finish(f);
   }
   // On a fiber: back to the scheduler context.
-  void to_scheduler(fiber_block* me) {
+  void to_scheduler() {
 #ifdef MDSM_FIBERS_ASAN
     void* fake = nullptr;
     __sanitizer_start_switch_fiber(&fake, main_bottom_, main_size_);
@@ -314,7 +315,6 @@ class scheduler {
 #ifdef MDSM_FIBERS_ASAN
     __sanitizer_finish_switch_fiber(fake, &main_bottom_, &main_size_);
 #endif
-    (void)me;
   }
   ctx::fiber body(fiber_block* f, ctx::fiber&& from) {
     main_ = std::move(from);
@@ -444,8 +444,10 @@ fiber spawn(std::function<void()> fn, const spawn_options& opts) {
 
 void yield() {
   scheduler& s = this_scheduler("fibers::yield");
-  if (s.running() != nullptr) s.yield_fiber();
-  else s.run_round();
+  if (s.running() != nullptr)
+    s.yield_fiber();
+  else
+    s.run_round();
 }
 
 void join(fiber f) {
@@ -456,8 +458,10 @@ void join(fiber f) {
   if (b->joined.exchange(true, std::memory_order_acq_rel))
     mdsm::detail::fail(MDSM_ERR_BUSY, "fibers::join: the fiber is joined already (or by another thread)");
   if (b->sched == &s) {
-    if (s.running() != nullptr) s.join_from_fiber(b);
-    else s.run_until([b] { return b->ended.load(std::memory_order_acquire); });
+    if (s.running() != nullptr)
+      s.join_from_fiber(b);
+    else
+      s.run_until([b] { return b->ended.load(std::memory_order_acquire); });
   } else {
     mdsm::wait_until([b] { return b->ended.load(std::memory_order_acquire); });
   }
@@ -488,9 +492,9 @@ namespace detail {
 struct remote_call {
   std::atomic<bool> arrived{false};
   bool taken = false;
-  stored_message stored;             // a RELEASE reply, accepted by get()
-  std::vector<std::byte> bytes;      // a NONE reply's payload
-  std::string task;                  // for messages
+  stored_message stored;         // a RELEASE reply, accepted by get()
+  std::vector<std::byte> bytes;  // a NONE reply's payload
+  std::string task;              // for messages
   int rank = -1;
 };
 }  // namespace detail
@@ -521,8 +525,10 @@ void on_reply(message& m) {
     mdsm::detail::fail(MDSM_ERR_MALFORMED, "a remote spawn reply from rank ", m.source(), " names call ", id,
                        ", which this rank is not waiting for");
   }
-  if (m.annot() == annotation::release || m.annot() == annotation::release_nt) c->stored = m.store();
-  else c->bytes.assign(p.begin(), p.end());
+  if (m.annot() == annotation::release || m.annot() == annotation::release_nt)
+    c->stored = m.store();
+  else
+    c->bytes.assign(p.begin(), p.end());
   c->arrived.store(true, std::memory_order_release);
 }
 
@@ -534,8 +540,10 @@ void on_spawn(message& m) {
   }
   incoming_spawn in{m.handler(), m.origin(), 0, m.annot(), {}, {}};
   std::memcpy(&in.call, p.data(), sizeof in.call);
-  if (m.annot() == annotation::release || m.annot() == annotation::release_nt) in.stored = m.store();
-  else in.bytes.assign(p.begin(), p.end());
+  if (m.annot() == annotation::release || m.annot() == annotation::release_nt)
+    in.stored = m.store();
+  else
+    in.bytes.assign(p.begin(), p.end());
   std::lock_guard lk(g_remote.mu);
   g_remote.inbox.push_back(std::move(in));
   g_remote.inbox_size.fetch_add(1, std::memory_order_release);
@@ -570,7 +578,8 @@ void run_spawned(incoming_spawn& in) {
 }
 
 void scheduler::start_incoming() {
-  if (g_remote.home != this || g_remote.inbox_size.load(std::memory_order_acquire) == 0) return;
+  if (g_remote.home.load(std::memory_order_relaxed) != this || g_remote.inbox_size.load(std::memory_order_acquire) == 0)
+    return;
   std::deque<incoming_spawn> batch;
   {
     std::lock_guard lk(g_remote.mu);
@@ -655,8 +664,8 @@ std::vector<std::byte> remote_result::get() {
   if (!c_ || c_->taken) mdsm::detail::fail(MDSM_ERR_INVALID_HANDLE, "remote_result::get: an empty or used result");
   detail::remote_call& c = *c_;
   {
-    mdsm::detail::wait_subject subject{.what = "the result of a remote spawn", .object = "call", .peer = c.rank,
-                                       .peer_role = "which runs the task"};
+    mdsm::detail::wait_subject subject{
+        .what = "the result of a remote spawn", .object = "call", .peer = c.rank, .peer_role = "which runs the task"};
     mdsm::detail::waiting_for waiting(subject);
     mdsm::wait_until([&c] { return c.arrived.load(std::memory_order_acquire); });
   }

@@ -23,7 +23,9 @@ namespace {
 constexpr std::size_t k_page = 4096;
 
 // The value rank r writes into word w of page p of its block.
-std::uint64_t value_of(int r, std::size_t p, std::size_t w) { return (static_cast<std::uint64_t>(r) << 40) ^ (p << 12) ^ w; }
+std::uint64_t value_of(int r, std::size_t p, std::size_t w) {
+  return (static_cast<std::uint64_t>(r) << 40) ^ (p << 12) ^ w;
+}
 
 // A handler that raises a flag on the rank it is sent to (NONE messages only).
 struct flag_handler {
@@ -159,12 +161,12 @@ TEST_CASE("fibers: misuse is a clear error", "[fibers][np1]") {
   mdsm::wait_until([&] { return ran.load(); });
   CHECK(from_handler == std::to_string(MDSM_ERR_HANDLER_CONTEXT));
 
-  const fb::task_id t = fb::register_task("test.fibers.echo", [](std::span<const std::byte> a) {
-    return std::vector<std::byte>(a.begin(), a.end());
-  });
+  const fb::task_id t = fb::register_task(
+      "test.fibers.echo", [](std::span<const std::byte> a) { return std::vector<std::byte>(a.begin(), a.end()); });
   error_of(MDSM_ERR_INVALID_RANK, [&] { (void)fb::spawn_remote(world_size(), t, {}, mdsm::annotation::none); });
   error_of(MDSM_ERR_INVALID_RANK, [&] { (void)fb::spawn_remote(-1, t, {}, mdsm::annotation::none); });
-  error_of(MDSM_ERR_UNKNOWN_HANDLER, [&] { (void)fb::spawn_remote(world_rank(), t + 100, {}, mdsm::annotation::none); });
+  error_of(MDSM_ERR_UNKNOWN_HANDLER,
+           [&] { (void)fb::spawn_remote(world_rank(), t + 100, {}, mdsm::annotation::none); });
   error_of(MDSM_ERR_INVALID_ANNOTATION,
            [&] { (void)fb::spawn_remote(world_rank(), t, {}, static_cast<mdsm::annotation>(9)); });
   fb::remote_result none;
@@ -233,11 +235,10 @@ TEST_CASE("fibers: a fiber blocked on a mutex, semaphore, barrier, queue or wait
   session s;
   flag_handler go;
   std::atomic<bool> released{false};
-  const mdsm::handler_id h_release =
-      mdsm::register_handler("test.fibers.release", [&](mdsm::message& m) {
-        m.accept();
-        released = true;
-      });
+  const mdsm::handler_id h_release = mdsm::register_handler("test.fibers.release", [&](mdsm::message& m) {
+    m.accept();
+    released = true;
+  });
   mdsm::mutex m;
   mdsm::semaphore sem(0);
   const int pair[] = {0, 1};
@@ -248,29 +249,41 @@ TEST_CASE("fibers: a fiber blocked on a mutex, semaphore, barrier, queue or wait
   SECTION("mutex") {
     if (me == 0) m.lock();
     world_barrier();
-    blocked_while_computing(go, [&] { m.lock(); m.unlock(); }, [&] { m.unlock(); });
+    blocked_while_computing(
+        go,
+        [&] {
+          m.lock();
+          m.unlock();
+        },
+        [&] { m.unlock(); });
   }
   SECTION("semaphore") {
-    blocked_while_computing(go, [&] { sem.acquire(); }, [&] { sem.release(); });
+    blocked_while_computing(
+        go, [&] { sem.acquire(); }, [&] { sem.release(); });
   }
   SECTION("barrier") {
-    blocked_while_computing(go, [&] { two.arrive_and_wait(); }, [&] { two.arrive_and_wait(); });
+    blocked_while_computing(
+        go, [&] { two.arrive_and_wait(); }, [&] { two.arrive_and_wait(); });
   }
   SECTION("queue") {
     int popped = -1;
-    blocked_while_computing(go, [&] { popped = q.pop_value<int>().value_or(-2); }, [&] { q.push_value(17); });
+    blocked_while_computing(
+        go, [&] { popped = q.pop_value<int>().value_or(-2); }, [&] { q.push_value(17); });
     if (me == 1) CHECK(popped == 17);
   }
   SECTION("wait_until on a handler's flag, the message a RELEASE") {
     auto* cell = static_cast<int*>(mdsm::alloc_collective(sizeof(int)));
     int read = -1;
-    blocked_while_computing(go, [&] {
-      mdsm::wait_until([&] { return released.load(); });
-      read = *cell;
-    }, [&] {
-      *cell = 99;
-      mdsm::send(1, h_release, {}, mdsm::annotation::release);
-    });
+    blocked_while_computing(
+        go,
+        [&] {
+          mdsm::wait_until([&] { return released.load(); });
+          read = *cell;
+        },
+        [&] {
+          *cell = 99;
+          mdsm::send(1, h_release, {}, mdsm::annotation::release);
+        });
     if (me == 1) CHECK(read == 99);
     world_barrier();
     mdsm::free_collective(cell);
@@ -312,7 +325,8 @@ TEST_CASE("fibers: remote spawn with each annotation", "[fibers][np2+]") {
     int from;
     std::memcpy(&from, a.data(), sizeof from);
     const long v = cells[2 * from];
-    return std::vector<std::byte>(reinterpret_cast<const std::byte*>(&v), reinterpret_cast<const std::byte*>(&v) + sizeof v);
+    return std::vector<std::byte>(reinterpret_cast<const std::byte*>(&v),
+                                  reinterpret_cast<const std::byte*>(&v) + sizeof v);
   });
   // write: writes the spawner's second cell (the spawner reads it after get()).
   const fb::task_id write = fb::register_task("test.fibers.write", [cells](std::span<const std::byte> a) {
@@ -321,9 +335,9 @@ TEST_CASE("fibers: remote spawn with each annotation", "[fibers][np2+]") {
     cells[2 * from + 1] = 1000 + from;
     return std::vector<std::byte>{};
   });
-  const fb::task_id fails = fb::register_task("test.fibers.fails", [](std::span<const std::byte>) -> std::vector<std::byte> {
-    throw std::runtime_error("task said no");
-  });
+  const fb::task_id fails = fb::register_task(
+      "test.fibers.fails",
+      [](std::span<const std::byte>) -> std::vector<std::byte> { throw std::runtime_error("task said no"); });
   mdsm::barrier b;
   b.arrive_and_wait();
   const int to = (me + 1) % n;
@@ -341,7 +355,8 @@ TEST_CASE("fibers: remote spawn with each annotation", "[fibers][np2+]") {
     // NONE both ways: only the bytes travel.
     fb::remote_result r = fb::spawn_remote(to, read, args, mdsm::annotation::none);
     CHECK(r.get().size() == sizeof(long));
-    const std::string why = error_of(MDSM_ERR_TASK_FAILED, [&] { (void)fb::spawn_remote(to, fails, args, mdsm::annotation::none).get(); });
+    const std::string why =
+        error_of(MDSM_ERR_TASK_FAILED, [&] { (void)fb::spawn_remote(to, fails, args, mdsm::annotation::none).get(); });
     CHECK(contains(why, "task said no"));
     CHECK(contains(why, "test.fibers.fails"));
     ++done;
@@ -394,7 +409,10 @@ TEST_CASE("upcalls (C): block and wake reach a scheduler of one's own", "[fibers
   const int me = world_rank();
   if (me == 1) {
     c_sched::mine = 1;
-    mdsm::wait_until([&] { return go.raised.load() > 0; });  // handed to block; the progress thread wakes it
+    // The first look is always false, so the wait is handed to block (the flag may be up already);
+    // the delivering thread's look, or this thread's own right after listing it, wakes it.
+    int looks = 0;
+    mdsm::wait_until([&] { return ++looks > 1 && go.raised.load() > 0; });
     c_sched::mine = 0;
     CHECK(sched.blocks >= 1);
     CHECK(sched.wakes == sched.blocks);

@@ -1,6 +1,6 @@
 // TSP: branch and bound for the travelling salesman problem (TreadMarks/CarlOS application).
 //
-//   tsp --version=lock|hybrid|msg [--size=CITIES] [--seed=N] [--quick]
+//   tsp --version=lock|fibers|hybrid|msg [--size=CITIES] [--seed=N] [--quick]
 //
 // Cities are points drawn deterministically from the seed; distances are rounded Euclidean. A
 // partial tour is a fixed-size descriptor. Tours shorter than the depth threshold are expanded
@@ -11,6 +11,9 @@
 //           deep); the best tour lives in coherent memory under a second mutex. Its length is
 //           read without the lock for pruning (a stale bound is only weaker) and, every 64K
 //           search nodes, under it: that acquire brings a better tour another rank has found.
+//   fibers  the lock version with 4 worker fibers per rank (mdsm/fibers.hpp): a worker waiting
+//           for the stack's lock, a wake-up or a page suspends alone while the rank's others
+//           search; every tick yields, so a worker whose wait is over runs soon.
 //   hybrid  the tour stack is private to the manager (rank 0), whose application thread serves
 //           work requests (REQUEST messages its handler only queues) with RELEASE replies; a
 //           better tour is posted to the manager in a REQUEST, the manager writes it into
@@ -25,6 +28,7 @@
 // TSP_TRACE=1 prints a line per rank: nodes searched, tours, search and idle time.
 #include "../common/app.hpp"
 
+#include <mdsm/fibers.hpp>
 #include <mdsm/mdsm.hpp>
 
 #include <algorithm>
@@ -254,6 +258,7 @@ class polling_section {
 
 constexpr int k_lock_batch = 4;               // tours taken per acquire, at most
 constexpr int k_lock_refresh_ticks = 128;     // every 64K nodes: read the bound under its lock
+constexpr int k_fibers_per_rank = 4;          // fibers version: workers per rank
 
 struct shared_stack {
   std::int32_t top;
@@ -263,13 +268,17 @@ struct shared_stack {
   tour items[k_queue_capacity];
 };
 
-best_tour run_lock(const problem& p, mdsm_apps::measurement& m) {
+// `workers` > 0: that many worker fibers per rank run the worker loop (the fibers version);
+// 0: the application thread runs it (the lock version).
+best_tour run_lock(const problem& p, mdsm_apps::measurement& m, int workers) {
   auto* q = mdsm::alloc_collective_array<shared_stack>(1);
   auto* best = mdsm::alloc_collective_array<best_tour>(1);
   mdsm::mutex qlock, block;
   mdsm::condition_variable qcv;
   mdsm::barrier bar;
   const int np = mdsm::size();
+  // Workers in the job: the share of the stack one takes per acquire depends on it.
+  const int nw = np * std::max(workers, 1);
   if (mdsm::rank() == 0) {
     q->top = 1;
     q->active = 0;
@@ -280,9 +289,11 @@ best_tour run_lock(const problem& p, mdsm_apps::measurement& m) {
   bar.arrive_and_wait();
 
   search_trace trace;
-  const double start = mdsm_apps::begin_measurement();
-  {
-    polling_section polling;
+  // One worker: takes tours from the stack (several while it is deep), expands the short ones
+  // and solves the long ones, until the stack is empty and no worker holds a tour. With fibers
+  // each waits for the stack's lock or condition variable alone: the rank's other workers search
+  // meanwhile.
+  auto worker = [&] {
     std::vector<tour> children;  // expanded here, to be pushed
     std::deque<tour> mine;       // taken from the stack (or not pushed: it was full), to work on here
     bool active = false;         // counted in q->active
@@ -306,10 +317,10 @@ best_tour run_lock(const problem& p, mdsm_apps::measurement& m) {
             --q->waiting;
           }
           if (q->top == 0) break;  // nothing queued and nobody working: done
-          // Several tours per acquire while the stack is deep (up to a share of top/2 per rank);
-          // a tour to expand is taken alone, so that its children are pushed before its
+          // Several tours per acquire while the stack is deep (up to a share of top/2 per
+          // worker); a tour to expand is taken alone, so that its children are pushed before its
           // siblings are looked at: the stack stays depth first, as in the sequential search.
-          const int k = std::clamp(q->top / (2 * np), 1, k_lock_batch);
+          const int k = std::clamp(q->top / (2 * nw), 1, k_lock_batch);
           mine.push_back(q->items[--q->top]);
           while (static_cast<int>(mine.size()) < k && q->top > 0 && mine.front().depth >= p.threshold &&
                  q->items[q->top - 1].depth >= p.threshold)
@@ -345,6 +356,9 @@ best_tour run_lock(const problem& p, mdsm_apps::measurement& m) {
           },
           [&] {
             mdsm::poll();
+            // Fibers: a worker whose lock or wake-up has come runs now (and the search goes on
+            // when it waits again).
+            if (workers > 0) mdsm::fibers::yield();
             if (++ticks % k_lock_refresh_ticks == 0) {
               // The acquire brings the newest bound: it was written under this lock. Without it
               // a rank searches on with the bound of its last acquire of the stack's lock, and
@@ -359,10 +373,21 @@ best_tour run_lock(const problem& p, mdsm_apps::measurement& m) {
           });
       trace.searched(s.nodes, since);
     }
+  };
+  const double start = mdsm_apps::begin_measurement();
+  {
+    polling_section polling;
+    if (workers == 0) {
+      worker();
+    } else {
+      std::vector<mdsm::fibers::fiber> fs;
+      for (int w = 0; w < workers; ++w) fs.push_back(mdsm::fibers::spawn(worker));
+      for (auto& f : fs) mdsm::fibers::join(f);
+    }
   }
   bar.arrive_and_wait();
   m = mdsm_apps::end_measurement(start);
-  trace.print("lock");
+  trace.print(workers == 0 ? "lock" : "fibers");
   best_tour result = *best;  // after the barrier every write is visible
   bar.arrive_and_wait();
   return result;
@@ -618,11 +643,13 @@ int main(int argc, char** argv) {
   mdsm_apps::measurement m;
   best_tour result;
   if (a.version == "lock") {
-    result = run_lock(p, m);
+    result = run_lock(p, m, 0);
+  } else if (a.version == "fibers") {
+    result = run_lock(p, m, k_fibers_per_rank);
   } else if (a.version == "hybrid" || a.version == "msg") {
     result = run_manager(p, a.version == "hybrid", m);
   } else {
-    if (mdsm::rank() == 0) std::fprintf(stderr, "tsp: unknown --version=%s (lock, hybrid, msg)\n", a.version.c_str());
+    if (mdsm::rank() == 0) std::fprintf(stderr, "tsp: unknown --version=%s (lock, fibers, hybrid, msg)\n", a.version.c_str());
     mdsm::finalize();
     return 2;
   }

@@ -35,7 +35,7 @@ from pathlib import Path
 # (release build), so that a run measures the protocols and not start-up noise. The version
 # "mpi" is the plain-MPI reference version, the executable with "_mpi" appended.
 APPS = {
-    "tsp": ("apps/tsp/tsp", ["lock", "hybrid", "msg"], ["--size=20"]),
+    "tsp": ("apps/tsp/tsp", ["lock", "fibers", "hybrid", "msg"], ["--size=20"]),
     "quicksort": ("apps/quicksort/quicksort", ["lock", "hybrid1", "hybrid2"], ["--size=2097152"]),
     "water": ("apps/water/water", ["lock", "hybrid", "mpi"], ["--size=2744", "--steps=40"]),
     "matmul": ("apps/matmul/matmul", ["barrier", "hybrid", "mpi"], ["--size=2048"]),

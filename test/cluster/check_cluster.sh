@@ -71,6 +71,7 @@ run -n 2 "$build/test/mpi_tests" "[flow]"
 run -n 3 "$build/apps/water/water" --version=hybrid --quick
 run -n 4 "$build/apps/quicksort/quicksort" --version=hybrid1 --quick
 run -n 4 "$build/apps/tsp/tsp" --version=hybrid --quick
+run -n 4 "$build/apps/tsp/tsp" --version=fibers --quick  # fibers across hosts
 run -n 4 "$build/apps/matmul/matmul" --version=hybrid --quick
 run -n 4 "$build/apps/apsp/apsp" --version=hybrid --quick
 run -n 4 "$build/apps/sor/sor" --version=hybrid --quick

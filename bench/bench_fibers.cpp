@@ -11,7 +11,7 @@
 // on a page that is valid but read-protected costs trap + handler + mprotect, no fetch), which
 // bounds what any overlap can reach on one core.
 //
-// Run: tools/mdsmrun -n 2 build-rel/bench/bench_fibers [K] [rounds]
+// Run: tools/mdsmrun -n 2 build-rel/bench/bench_fibers [K] [rounds] [variants, e.g. 0,1,8]
 #include <mdsm/fibers.hpp>
 #include <mdsm/mdsm.hpp>
 
@@ -128,7 +128,17 @@ int main(int argc, char** argv) {
   static std::atomic<bool> g_read_done{false};
   const mdsm::handler_id h_done =
       mdsm::register_handler("bench.fibers.done", [](mdsm::message&) { g_read_done.store(true); });
-  const std::vector<int> variants = {0, 1, 2, 4, 8, 16};  // 0: the thread, no fibers
+  // 0: the thread, no fibers. A third argument picks some (e.g. "1,16"; F = 1 must be among them).
+  std::vector<int> variants = {0, 1, 2, 4, 8, 16};
+  if (argc > 3) {
+    variants.clear();
+    for (const char* c = argv[3]; *c != '\0';) {
+      char* end = nullptr;
+      variants.push_back(static_cast<int>(std::strtol(c, &end, 10)));
+      c = *end == ',' ? end + 1 : end;
+      if (end == c && *c != '\0') break;
+    }
+  }
   const char* modes[] = {"waits", "computes"};
   std::map<std::pair<int, int>, std::vector<double>> per_page_us, speedup;  // (mode, variant)
   std::vector<double> floor_us, mpi_gain;

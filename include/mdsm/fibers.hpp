@@ -35,7 +35,7 @@ struct remote_call;
 }  // namespace detail
 
 struct spawn_options {
-  // The fiber's stack, with a guard page below it. 0: MDSM_FIBER_STACK_KB, default 256 KiB (a
+  // The fiber's stack, with a guard page below it. 0: MDSM_FIBER_STACK_KB, default 512 KiB (a
   // fault inside a fiber runs mdsm's fault path on the fiber's stack: keep at least 64 KiB).
   std::size_t stack_bytes = 0;
 };

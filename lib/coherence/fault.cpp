@@ -5,6 +5,8 @@
 #include "coherence/engine.hpp"
 
 #include "coherence/protocol.hpp"
+#include "common/sanitizers.hpp"
+#include "net/progress.hpp"
 #include "stats/counters.hpp"
 
 #include <algorithm>
@@ -419,6 +421,11 @@ bool engine::on_fault(const os::fault_info& f) {
     detail::die(text);
   }
   stats::activity_scope timed(stats::activity::fault, stats::counter::fault_ns);
+#if MDSM_TSAN
+  // ThreadSanitizer does not survive a user-level thread switch inside a signal handler (its
+  // signal bookkeeping crashes the process): under TSan a fault's waits poll, as without fibers.
+  net::no_switch_scope stay;
+#endif
   const std::uint32_t u = region_.unit_of(f.addr);
   const access how = !f.write_known ? access::unknown : f.is_write ? access::write : access::read;
   stats::add(how == access::write ? stats::counter::write_faults : stats::counter::read_faults);

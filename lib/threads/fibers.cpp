@@ -14,6 +14,7 @@
 #include "api/runtime.hpp"
 #include "common/check.hpp"
 #include "common/env.hpp"
+#include "common/sanitizers.hpp"
 #include "common/spin_mutex.hpp"
 #include "common/wait_subject.hpp"
 #include "net/progress.hpp"
@@ -22,6 +23,7 @@
 #include <boost/context/fiber.hpp>
 #include <boost/context/protected_fixedsize_stack.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <deque>
@@ -31,24 +33,10 @@
 #include <new>
 #include <string>
 
-#if defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define MDSM_FIBERS_ASAN 1
-#endif
-#if __has_feature(thread_sanitizer)
-#define MDSM_FIBERS_TSAN 1
-#endif
-#endif
-#if defined(__SANITIZE_ADDRESS__)
-#define MDSM_FIBERS_ASAN 1
-#endif
-#if defined(__SANITIZE_THREAD__)
-#define MDSM_FIBERS_TSAN 1
-#endif
-#ifdef MDSM_FIBERS_ASAN
+#if MDSM_ASAN
 #include <sanitizer/common_interface_defs.h>
 #endif
-#ifdef MDSM_FIBERS_TSAN
+#if MDSM_TSAN
 #include <sanitizer/tsan_interface.h>
 #endif
 
@@ -58,9 +46,17 @@ namespace mdsm::fibers {
 
 namespace {
 class scheduler;
+// The default stack. Handlers may run on a fiber's stack (a fiber that polls, or a send that
+// waits for credits, delivers frames), and so may mdsm's fault path; sanitizers' instrumented
+// frames are several times larger (TSan overflowed 256 KiB in the test suite).
 std::size_t default_stack_bytes() {
+#if MDSM_ASAN || MDSM_TSAN
+  constexpr std::uint64_t k_default_kb = 2048;
+#else
+  constexpr std::uint64_t k_default_kb = 512;
+#endif
   static const std::size_t b = [] {
-    const std::uint64_t kb = mdsm::detail::env_uint("MDSM_FIBER_STACK_KB", 256);
+    const std::uint64_t kb = mdsm::detail::env_uint("MDSM_FIBER_STACK_KB", k_default_kb);
     if (kb < 16 || kb > 1024 * 1024)
       mdsm::detail::fail(MDSM_ERR_INVALID_ARGUMENT, "MDSM_FIBER_STACK_KB=", kb, " is outside [16, 1048576]");
     return static_cast<std::size_t>(kb) * 1024;
@@ -80,11 +76,11 @@ struct fiber_block {
   fiber_block* joiner = nullptr;    // a fiber of the same scheduler waiting in join
   std::atomic<bool> joined{false};  // someone joins it (one only)
   std::exception_ptr error;
-#ifdef MDSM_FIBERS_ASAN
+#if MDSM_ASAN
   const void* stack_bottom = nullptr;
   std::size_t stack_size = 0;
 #endif
-#ifdef MDSM_FIBERS_TSAN
+#if MDSM_TSAN
   void* tsan_fiber = nullptr;
 #endif
 };
@@ -123,7 +119,7 @@ class scheduler {
   scheduler() {
     std::lock_guard lk(g_remote.mu);
     if (g_remote.home.load() == nullptr) g_remote.home.store(this);
-#ifdef MDSM_FIBERS_TSAN
+#if MDSM_TSAN
     main_tsan_ = __tsan_get_current_fiber();
 #endif
   }
@@ -135,7 +131,7 @@ class scheduler {
     if (live_ != 0)
       std::fprintf(stderr, "mdsm: a thread ended with %zu fiber(s) that had not ended; their stacks are leaked\n",
                    live_);
-    for (auto& s : stacks_) ctx::protected_fixedsize_stack(s.size).deallocate(s);
+    for (auto& [size, sc] : stacks_) ctx::protected_fixedsize_stack(size).deallocate(sc);
   }
 
   fiber_block* running() const noexcept { return running_; }
@@ -155,7 +151,7 @@ class scheduler {
       nc_free(mem);
       throw;
     }
-#ifdef MDSM_FIBERS_TSAN
+#if MDSM_TSAN
     f->tsan_fiber = __tsan_create_fiber(0);
 #endif
     ++live_;
@@ -227,23 +223,23 @@ class scheduler {
   }
 
  private:
-  // Stacks with a guard page below them, kept for reuse (a remote spawn is a fiber each).
+  // Stacks with a guard page below them (Boost's protected_fixedsize_stack: the stack's size plus
+  // one page), kept for reuse by a later fiber asking for the same size (a remote spawn is a
+  // fiber each).
   struct stack_source {
     scheduler* s;
     fiber_block* f;
     std::size_t size;
     ctx::stack_context allocate() {
       ctx::stack_context sc{};
-      bool reused = false;
-      for (auto it = s->stacks_.begin(); it != s->stacks_.end(); ++it)
-        if (it->size == size + k_guard) {
-          sc = *it;
-          s->stacks_.erase(it);
-          reused = true;
-          break;
-        }
-      if (!reused) sc = ctx::protected_fixedsize_stack(size + k_guard).allocate();
-#ifdef MDSM_FIBERS_ASAN
+      auto it = std::find_if(s->stacks_.begin(), s->stacks_.end(), [&](const auto& c) { return c.first == size; });
+      if (it != s->stacks_.end()) {
+        sc = it->second;
+        s->stacks_.erase(it);
+      } else {
+        sc = ctx::protected_fixedsize_stack(size).allocate();
+      }
+#if MDSM_ASAN
       f->stack_bottom = static_cast<const char*>(sc.sp) - sc.size;
       f->stack_size = sc.size;
 #endif
@@ -252,12 +248,11 @@ class scheduler {
     }
     void deallocate(ctx::stack_context& sc) noexcept {
       if (s->stacks_.size() < k_stacks_kept)
-        s->stacks_.push_back(sc);
+        s->stacks_.emplace_back(size, sc);
       else
-        ctx::protected_fixedsize_stack(sc.size).deallocate(sc);
+        ctx::protected_fixedsize_stack(size).deallocate(sc);
     }
   };
-  static constexpr std::size_t k_guard = 4096;
   static constexpr std::size_t k_stacks_kept = 64;
 
   static std::string describe_blocked(const void*) {
@@ -287,15 +282,15 @@ class scheduler {
   void resume(fiber_block* f) {
     const net::switched_state outside = net::switched_state::take();
     running_ = f;
-#ifdef MDSM_FIBERS_ASAN
+#if MDSM_ASAN
     void* fake = nullptr;
     __sanitizer_start_switch_fiber(&fake, f->stack_bottom, f->stack_size);
 #endif
-#ifdef MDSM_FIBERS_TSAN
+#if MDSM_TSAN
     __tsan_switch_to_fiber(f->tsan_fiber, 0);
 #endif
     f->context = std::move(f->context).resume();
-#ifdef MDSM_FIBERS_ASAN
+#if MDSM_ASAN
     __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
 #endif
     running_ = nullptr;
@@ -304,21 +299,21 @@ class scheduler {
   }
   // On a fiber: back to the scheduler context.
   void to_scheduler() {
-#ifdef MDSM_FIBERS_ASAN
+#if MDSM_ASAN
     void* fake = nullptr;
     __sanitizer_start_switch_fiber(&fake, main_bottom_, main_size_);
 #endif
-#ifdef MDSM_FIBERS_TSAN
+#if MDSM_TSAN
     __tsan_switch_to_fiber(main_tsan_, 0);
 #endif
     main_ = std::move(main_).resume();
-#ifdef MDSM_FIBERS_ASAN
+#if MDSM_ASAN
     __sanitizer_finish_switch_fiber(fake, &main_bottom_, &main_size_);
 #endif
   }
   ctx::fiber body(fiber_block* f, ctx::fiber&& from) {
     main_ = std::move(from);
-#ifdef MDSM_FIBERS_ASAN
+#if MDSM_ASAN
     __sanitizer_finish_switch_fiber(nullptr, &main_bottom_, &main_size_);
 #endif
     try {
@@ -335,17 +330,17 @@ class scheduler {
                                     " mdsm mutex(es); they stay locked (unlock every mutex a fiber locks before it "
                                     "returns)"));
     f->ended.store(true, std::memory_order_release);
-#ifdef MDSM_FIBERS_ASAN
+#if MDSM_ASAN
     __sanitizer_start_switch_fiber(nullptr, main_bottom_, main_size_);
 #endif
-#ifdef MDSM_FIBERS_TSAN
+#if MDSM_TSAN
     __tsan_switch_to_fiber(main_tsan_, 0);
 #endif
     return std::move(main_);
   }
   void finish(fiber_block* f) {
     --live_;
-#ifdef MDSM_FIBERS_TSAN
+#if MDSM_TSAN
     __tsan_destroy_fiber(f->tsan_fiber);
     f->tsan_fiber = nullptr;
 #endif
@@ -371,12 +366,12 @@ class scheduler {
   fiber_block* running_ = nullptr;
   ctx::fiber main_;  // the scheduler context, while a fiber runs
   std::size_t live_ = 0;
-  std::vector<ctx::stack_context> stacks_;
-#ifdef MDSM_FIBERS_ASAN
+  std::vector<std::pair<std::size_t, ctx::stack_context>> stacks_;  // (size asked for, stack)
+#if MDSM_ASAN
   const void* main_bottom_ = nullptr;
   std::size_t main_size_ = 0;
 #endif
-#ifdef MDSM_FIBERS_TSAN
+#if MDSM_TSAN
   void* main_tsan_ = nullptr;
 #endif
 };

@@ -11,7 +11,7 @@
 //           deep); the best tour lives in coherent memory under a second mutex. Its length is
 //           read without the lock for pruning (a stale bound is only weaker) and, every 64K
 //           search nodes, under it: that acquire brings a better tour another rank has found.
-//   fibers  the lock version with 4 worker fibers per rank (mdsm/fibers.hpp): a worker waiting
+//   fibers  the lock version with 2 worker fibers per rank (mdsm/fibers.hpp): a worker waiting
 //           for the stack's lock, a wake-up or a page suspends alone while the rank's others
 //           search; every tick yields, so a worker whose wait is over runs soon.
 //   hybrid  the tour stack is private to the manager (rank 0), whose application thread serves
@@ -258,7 +258,7 @@ class polling_section {
 
 constexpr int k_lock_batch = 4;               // tours taken per acquire, at most
 constexpr int k_lock_refresh_ticks = 128;     // every 64K nodes: read the bound under its lock
-constexpr int k_fibers_per_rank = 4;          // fibers version: workers per rank
+constexpr int k_fibers_per_rank = 2;          // fibers version: workers per rank
 
 struct shared_stack {
   std::int32_t top;

@@ -18,6 +18,7 @@
 #include "common/spin_mutex.hpp"
 #include "common/wait_subject.hpp"
 #include "net/progress.hpp"
+#include "stats/clock.hpp"
 #include "sync/services.hpp"
 
 #include <boost/context/fiber.hpp>
@@ -254,6 +255,7 @@ class scheduler {
     }
   };
   static constexpr std::size_t k_stacks_kept = 64;
+  static constexpr double k_poll_every_ns = 10'000;  // between switches with fibers ready
 
   static std::string describe_blocked(const void*) {
     mdsm::detail::runtime& r = mdsm::detail::rt();
@@ -262,7 +264,14 @@ class scheduler {
   }
 
   fiber_block* next() {
-    poll();
+    // Deliver frames (which wakes finished waits) before picking, unless fibers are ready and
+    // this thread polled moments ago: a poll costs ~1 us here (MPI's progress), and fibers that
+    // yield every few tens of microseconds (a search tick) would pay it on every switch.
+    const std::uint64_t now = stats::ticks();
+    if (ready_.empty() || now - polled_at_ >= poll_every_) {
+      polled_at_ = now;
+      poll();
+    }
     take_woken();
     start_incoming();
     if (ready_.empty()) return nullptr;
@@ -360,6 +369,8 @@ class scheduler {
   }
 
   std::deque<fiber_block*> ready_;
+  std::uint64_t polled_at_ = 0;  // ticks
+  const std::uint64_t poll_every_ = static_cast<std::uint64_t>(k_poll_every_ns / stats::ns_per_tick());
   mdsm::detail::spin_mutex woken_mu_;
   std::vector<fiber_block*> woken_;
   std::atomic<std::size_t> woken_count_{0};
@@ -398,11 +409,15 @@ void reset_registry_if_stale(mdsm::detail::runtime& r) {
   g_remote.calls.clear();
 }
 
+thread_local std::uint64_t t_session = 0;  // the runtime session t_sched was last checked in
+
 scheduler& this_scheduler(const char* what) {
   mdsm::detail::runtime& r = mdsm::detail::rt();
   if (const char* h = net::current_handler())
     mdsm::detail::fail(MDSM_ERR_HANDLER_CONTEXT, what, " was called from message handler '", h,
                        "'; fibers belong to application threads");
+  if (t_sched && t_session == r.session) [[likely]]
+    return *t_sched;  // every yield comes here
   {
     std::lock_guard lk(g_upcalls_mu);
     if (g_upcalls_session != r.session) {
@@ -415,6 +430,7 @@ scheduler& this_scheduler(const char* what) {
     reset_registry_if_stale(r);
   }
   if (!t_sched) t_sched = std::make_unique<scheduler>();
+  t_session = r.session;
   return *t_sched;
 }
 

@@ -47,6 +47,10 @@ class fiber {
   constexpr fiber() noexcept = default;
   explicit operator bool() const noexcept { return b_ != nullptr; }
   const void* address() const noexcept { return b_; }
+  // The handle whose address() is `a` (meaningful on the rank that spawned the fiber).
+  static fiber from_address(const void* a) noexcept {
+    return fiber(static_cast<detail::fiber_block*>(const_cast<void*>(a)));
+  }
   friend bool operator==(const fiber&, const fiber&) = default;
 
  private:
@@ -94,7 +98,8 @@ class remote_result {
   remote_result() noexcept = default;
   // True once the result has arrived.
   bool ready() const;
-  // Waits for the result (a fiber only suspends) and returns it; for a spawn annotated other than
+  // Waits for the result (a fiber only suspends; outside a fiber the thread runs its fibers and
+  // incoming spawns meanwhile, so a task spawned on this rank runs) and returns it; for a spawn annotated other than
   // NONE the result comes in a RELEASE, whose acquire is complete on return: the caller sees every
   // write the task made. Throws MDSM_ERR_TASK_FAILED (with the task's message) if the task threw.
   // Once only (MDSM_ERR_INVALID_HANDLE afterwards, and for an empty result).

@@ -110,6 +110,18 @@ typedef struct mdsm_upcalls {
   void* context;
 } mdsm_upcalls;
 mdsm_status mdsm_set_upcalls(const mdsm_upcalls* upcalls);
+
+/* mdsm's fibers (mdsm/fibers.hpp, docs/FIBERS.md): user-level threads whose mdsm waits suspend
+ * only the fiber. A handle is the address of the fiber's control block (in the non-coherent
+ * region). stack_bytes 0: the default (MDSM_FIBER_STACK_KB). join frees the fiber; it returns
+ * MDSM_ERR_TASK_FAILED if the fiber ended holding an mdsm mutex. Remote spawn is C++ only. */
+typedef struct mdsm_fiber_block* mdsm_fiber;
+mdsm_status mdsm_fiber_spawn(void (*fn)(void* arg), void* arg, size_t stack_bytes, mdsm_fiber* fiber);
+mdsm_status mdsm_fiber_yield(void);
+mdsm_status mdsm_fiber_join(mdsm_fiber fiber);
+/* Runs the calling thread's fibers until all have ended (not from a fiber). */
+mdsm_status mdsm_fibers_run(void);
+int mdsm_in_fiber(void);
 int mdsm_in_handler(void);
 /* Pauses / resumes this rank's progress thread; see mdsm::pause_progress_thread in mdsm.hpp. */
 mdsm_status mdsm_pause_progress_thread(void);

@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <ctime>
 #include <sched.h>
+#include <utility>
 #include <sys/prctl.h>
 
 namespace mdsm::net {
@@ -161,7 +162,7 @@ void progress::set_upcalls(const upcalls& u) {
   if (any && (u.current == nullptr || u.block == nullptr || u.wake == nullptr))
     detail::fail(MDSM_ERR_INVALID_ARGUMENT, "set_upcalls: current, block and wake must all be set (or all null)");
   std::lock_guard lk(blocked_mu_);
-  if (blocked_ != nullptr)
+  if (blocked_count_.load(std::memory_order_acquire) != 0)
     detail::fail(MDSM_ERR_BUSY, "set_upcalls: ", blocked_count_.load(), " wait(s) are suspended through the upcalls "
                  "set now; change them only while no user-level thread waits inside mdsm");
   if (!any) {
@@ -208,31 +209,44 @@ bool progress::wait_suspended(bool (*done)(void*), void* ctx) {
 }
 
 void progress::check_blocked_slow() {
-  wait_token* ready = nullptr;
+  // The list is taken out, its predicates are evaluated with no lock held (a predicate may take
+  // the locks handlers take, or poll, which checks again: it then sees only the tokens listed
+  // since), and the tokens that still wait are put back. One evaluator per token at a time.
+  wait_token* mine;
   {
     std::lock_guard lk(blocked_mu_);
-    for (wait_token** at = &blocked_; *at != nullptr;) {
-      wait_token* t = *at;
-      bool holds = false;
-      try {
-        holds = t->done(t->done_ctx);
-      } catch (const error& e) {
-        // A predicate cannot throw to its waiter from here; the waiter resumes and meets the
-        // error at its next mdsm call.
-        detail::defer_error(e);
-        holds = true;
-      }
-      if (holds) {
-        *at = t->next;
-        t->next = ready;
-        ready = t;
-        blocked_count_.fetch_sub(1, std::memory_order_release);
-      } else {
-        at = &t->next;
-      }
-    }
+    mine = std::exchange(blocked_, nullptr);
   }
-  // Outside the lock: a wake may run a scheduler's code; the token is not read after its wake.
+  wait_token* ready = nullptr;
+  wait_token* keep = nullptr;
+  wait_token** keep_end = &keep;
+  for (wait_token* t = mine; t != nullptr;) {
+    wait_token* const next = t->next;
+    bool holds = false;
+    try {
+      holds = t->done(t->done_ctx);
+    } catch (const error& e) {
+      // A predicate cannot throw to its waiter from here; the waiter resumes and meets the
+      // error at its next mdsm call.
+      detail::defer_error(e);
+      holds = true;
+    }
+    if (holds) {
+      t->next = ready;
+      ready = t;
+      blocked_count_.fetch_sub(1, std::memory_order_release);
+    } else {
+      *keep_end = t;
+      keep_end = &t->next;
+    }
+    t = next;
+  }
+  if (keep != nullptr) {
+    std::lock_guard lk(blocked_mu_);
+    *keep_end = blocked_;
+    blocked_ = keep;
+  }
+  // A wake may run a scheduler's code; the token is not read after its wake.
   while (ready != nullptr) {
     wait_token* t = ready;
     ready = t->next;

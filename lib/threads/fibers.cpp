@@ -501,6 +501,16 @@ void run_until(const std::function<bool()>& done) {
 
 namespace detail {
 struct remote_call {
+  // A result nobody asked for (the remote_result was dropped, or get() threw before accepting):
+  // its RELEASE is given up, with the consistency it carried, rather than reported undisposed.
+  ~remote_call() {
+    if (stored && !stored.disposed()) {
+      try {
+        stored.discard();
+      } catch (...) {
+      }
+    }
+  }
   std::atomic<bool> arrived{false};
   bool taken = false;
   stored_message stored;         // a RELEASE reply, accepted by get()
@@ -678,7 +688,11 @@ std::vector<std::byte> remote_result::get() {
     mdsm::detail::wait_subject subject{
         .what = "the result of a remote spawn", .object = "call", .peer = c.rank, .peer_role = "which runs the task"};
     mdsm::detail::waiting_for waiting(subject);
-    mdsm::wait_until([&c] { return c.arrived.load(std::memory_order_acquire); });
+    const auto arrived = [&c] { return c.arrived.load(std::memory_order_acquire); };
+    // In a fiber the wait suspends it. Outside one the thread runs its fibers meanwhile: a task
+    // spawned on this very rank runs on them, and so may the fibers that produce what it needs.
+    if (in_fiber()) mdsm::wait_until(arrived);
+    else this_scheduler("remote_result::get").run_until(arrived);
   }
   c.taken = true;
   if (c.stored) c.stored.accept();

@@ -176,8 +176,11 @@ TEST_CASE("fibers: misuse is a clear error", "[fibers][np1]") {
   // A spawn to oneself runs on this rank's scheduler.
   const int x = 41;
   fb::remote_result echo = fb::spawn_remote(world_rank(), t, std::as_bytes(std::span(&x, 1)), mdsm::annotation::none);
-  fb::run_until([&] { return echo.ready(); });
-  CHECK(echo.get_as<int>() == 41);
+  CHECK(echo.get_as<int>() == 41);  // get() outside a fiber runs this rank's scheduler: the task runs
+  // A result never asked for is dropped without an undisposed-RELEASE report.
+  (void)fb::spawn_remote(world_rank(), t, std::as_bytes(std::span(&x, 1)), mdsm::annotation::release);
+  fb::remote_result later = fb::spawn_remote(world_rank(), t, {}, mdsm::annotation::release);
+  (void)later.get();
   error_of(MDSM_ERR_INVALID_HANDLE, [&] { (void)echo.get(); });
 
   // Upcalls: a partial set is refused.
@@ -465,4 +468,38 @@ TEST_CASE("fibers: several fibers of each rank wait on one condition variable", 
   m.unlock();
   b.arrive_and_wait();
   mdsm::free_collective(tokens);
+}
+
+namespace {
+struct c_counter {
+  int value = 0;
+  int in_fiber = 0;
+};
+void c_fiber_body(void* arg) {
+  auto* c = static_cast<c_counter*>(arg);
+  c->in_fiber += mdsm_in_fiber();
+  for (int i = 0; i < 5; ++i) {
+    ++c->value;
+    mdsm_fiber_yield();
+  }
+}
+}  // namespace
+
+TEST_CASE("fibers (C): spawn, yield, join, run", "[fibers][np1]") {
+  session s;
+  c_counter c;
+  mdsm_fiber f[3] = {};
+  for (auto& x : f) REQUIRE(mdsm_fiber_spawn(c_fiber_body, &c, 0, &x) == MDSM_SUCCESS);
+  CHECK(mdsm_in_fiber() == 0);
+  CHECK(mdsm_fiber_join(f[0]) == MDSM_SUCCESS);
+  CHECK(mdsm_fibers_run() == MDSM_SUCCESS);  // the other two end here
+  CHECK(mdsm_fiber_join(f[1]) == MDSM_SUCCESS);
+  CHECK(mdsm_fiber_join(f[2]) == MDSM_SUCCESS);
+  CHECK(c.value == 15);
+  CHECK(c.in_fiber == 3);
+  CHECK(mdsm_fiber_join(nullptr) == MDSM_ERR_INVALID_HANDLE);
+  mdsm_fiber g = nullptr;
+  CHECK(mdsm_fiber_spawn(nullptr, &c, 0, &g) == MDSM_ERR_INVALID_ARGUMENT);
+  CHECK(mdsm_fiber_spawn(c_fiber_body, &c, 1024, &g) == MDSM_ERR_INVALID_ARGUMENT);
+  CHECK(mdsm_fiber_spawn(c_fiber_body, &c, 0, nullptr) == MDSM_ERR_INVALID_ARGUMENT);
 }

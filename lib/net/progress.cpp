@@ -191,7 +191,8 @@ bool progress::wait_suspended(bool (*done)(void*), void* ctx) {
     std::lock_guard lk(blocked_mu_);
     token.next = blocked_;
     blocked_ = &token;
-    blocked_count_.fetch_add(1, std::memory_order_release);
+    const std::size_t listed = blocked_count_.fetch_add(1, std::memory_order_release) + 1;
+    stats::add(stats::counter::waits_suspended_listed, listed);
   }
   // A frame delivered between the caller's look at its condition and the listing above was
   // checked without this token: look once more (this may wake it before it blocks; the scheduler

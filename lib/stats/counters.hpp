@@ -67,6 +67,7 @@ namespace mdsm::stats {
   X(gc_ns, time, "time in garbage collection, its waits included (ns)")                         \
   X(waits, count, "waits on remote events")                                                      \
   X(waits_suspended, count, "of waits: handed to a user-level scheduler (upcalls)")             \
+  X(waits_suspended_listed, count, "of those: sum of the waits suspended at each (itself too)") \
   X(doorbells_rung, count, "sleeping progress threads of this host woken for a request")        \
   X(nudges, count, "parked progress threads nudged for a request unanswered for 50 us")          \
   X(intervals_created, count, "intervals closed by this rank")                                   \

@@ -208,6 +208,7 @@ void finalize() {
     previous[0] = global[0];
     previous[1] = global[1];
   }
+  for (auto& f : r.at_finalize) f();
   r.progress->stop_thread();
   try {
     stats::report(r.transport->collective_comm(), r.stats_spec);

@@ -14,6 +14,7 @@
 #include <mdsm/mdsm.hpp>
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <vector>
 #include <string>
@@ -52,6 +53,9 @@ struct runtime {
   std::uint64_t session = 0;
   // Every upcall set given to set_upcalls: a wait that copied an older set may still call it.
   std::vector<std::unique_ptr<upcalls>> upcall_sets;
+  // Run by finalize once no frame is in flight, before the layers go (layers above the runtime,
+  // e.g. lib/threads, drop what they keep of this session: stored messages among it).
+  std::vector<std::function<void()>> at_finalize;
   ~runtime();
 };
 

@@ -13,8 +13,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
-#include <sched.h>
 #include <utility>
+
+#include <sched.h>
 #include <sys/prctl.h>
 
 namespace mdsm::net {

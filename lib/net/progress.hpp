@@ -62,11 +62,11 @@
 
 #include <atomic>
 #include <cstdint>
-#include <string>
 #include <memory>
+#include <string>
 #include <thread>
-#include <vector>
 #include <type_traits>
+#include <vector>
 
 namespace mdsm::net {
 

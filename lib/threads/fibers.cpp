@@ -111,6 +111,9 @@ struct remote_registry {
   std::atomic<std::size_t> inbox_size{0};
   std::uint64_t next_call = 1;
   std::map<std::uint64_t, std::shared_ptr<detail::remote_call>> calls;  // outstanding, by id
+  // Results that arrived as RELEASEs, maybe still held by the program: discarded at finalize
+  // (a stored message must not outlive its session).
+  std::vector<std::weak_ptr<detail::remote_call>> stored_results;
   std::atomic<scheduler*> home{nullptr};                                // written under mu
 };
 remote_registry g_remote;
@@ -398,15 +401,19 @@ void wake_fiber(wait_token*, void* waiter, void*) {
   f->sched->wake(f);
 }
 
-// The registry of remote spawns belongs to one runtime session.
+void finalize_registry();
+
+// The registry of remote spawns belongs to one runtime session (g_remote.mu held).
 void reset_registry_if_stale(mdsm::detail::runtime& r) {
   if (g_remote.session == r.session) return;
   g_remote.session = r.session;
+  r.at_finalize.push_back(&finalize_registry);
   g_remote.have_reply = false;
   g_remote.tasks.clear();
   g_remote.inbox.clear();
   g_remote.inbox_size.store(0);
   g_remote.calls.clear();
+  g_remote.stored_results.clear();
 }
 
 thread_local std::uint64_t t_session = 0;  // the runtime session t_sched was last checked in
@@ -546,10 +553,13 @@ void on_reply(message& m) {
     mdsm::detail::fail(MDSM_ERR_MALFORMED, "a remote spawn reply from rank ", m.source(), " names call ", id,
                        ", which this rank is not waiting for");
   }
-  if (m.annot() == annotation::release || m.annot() == annotation::release_nt)
+  if (m.annot() == annotation::release || m.annot() == annotation::release_nt) {
     c->stored = m.store();
-  else
+    std::lock_guard lk(g_remote.mu);
+    g_remote.stored_results.push_back(c);
+  } else {
     c->bytes.assign(p.begin(), p.end());
+  }
   c->arrived.store(true, std::memory_order_release);
 }
 
@@ -613,6 +623,31 @@ void scheduler::start_incoming() {
   }
 }
 
+}  // namespace
+
+namespace {
+// At finalize: spawns this rank never ran (its scheduler never ran after they came) are reported
+// and dropped; results nobody took are given up. Nothing stored outlives the session.
+void finalize_registry() {
+  std::deque<incoming_spawn> inbox;
+  std::vector<std::weak_ptr<detail::remote_call>> results;
+  {
+    std::lock_guard lk(g_remote.mu);
+    inbox.swap(g_remote.inbox);
+    g_remote.inbox_size.store(0);
+    results.swap(g_remote.stored_results);
+    g_remote.calls.clear();
+  }
+  if (!inbox.empty())
+    std::fprintf(stderr,
+                 "mdsm: rank %d finalizes with %zu remote spawn(s) it never ran (no fiber scheduler ran on it "
+                 "after they came: call fibers::run_until, join or yield)\n",
+                 mdsm::rank(), inbox.size());
+  for (incoming_spawn& in : inbox)
+    if (in.stored) in.stored.discard();
+  for (auto& w : results)
+    if (auto c = w.lock(); c && c->stored && !c->stored.disposed()) c->stored.discard();
+}
 }  // namespace
 
 task_id register_task(std::string_view name, task_fn fn) {

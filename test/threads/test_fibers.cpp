@@ -503,3 +503,34 @@ TEST_CASE("fibers (C): spawn, yield, join, run", "[fibers][np1]") {
   CHECK(mdsm_fiber_spawn(c_fiber_body, &c, 1024, &g) == MDSM_ERR_INVALID_ARGUMENT);
   CHECK(mdsm_fiber_spawn(c_fiber_body, &c, 0, nullptr) == MDSM_ERR_INVALID_ARGUMENT);
 }
+
+TEST_CASE("fibers: finalize drops spawns never run and results never taken", "[fibers][np2+]") {
+  fb::remote_result kept;  // outlives its session: its RELEASE was given up at finalize
+  {
+    session s;
+    const int me = world_rank();
+    std::atomic<bool> ran{false};
+    const fb::task_id t = fb::register_task("test.fibers.flag", [&](std::span<const std::byte>) {
+      ran = true;
+      return std::vector<std::byte>{};
+    });
+    const fb::task_id never = fb::register_task("test.fibers.never", [](std::span<const std::byte>) {
+      FAIL_CHECK("a spawn that came after its rank's last scheduling ran");
+      return std::vector<std::byte>{};
+    });
+    mdsm::barrier b;
+    b.arrive_and_wait();
+    if (me == 1) kept = fb::spawn_remote(0, t, {}, mdsm::annotation::release);  // its result is never taken
+    if (me == 0) fb::run_until([&] { return ran.load(); });
+    b.arrive_and_wait();
+    // Rank 0 runs no scheduler from here: this spawn stays in its inbox until finalize.
+    if (me == 1) (void)fb::spawn_remote(0, never, {}, mdsm::annotation::release);
+    b.arrive_and_wait();
+  }
+  // The result came (before finalize ended) and was given up: dropping it now reports nothing,
+  // and the next session starts clean (a deferred error would be thrown by its first call).
+  if (world_rank() == 1) CHECK(kept.ready());
+  kept = fb::remote_result{};
+  session s;
+  CHECK_NOTHROW(mdsm::poll());
+}

@@ -13,6 +13,10 @@
 // What does not suspend a fiber (it blocks the OS thread with its fibers, as without fibers): a
 // send waiting for flow-control credits, the annotated MPI calls of mdsm_mpi.h, and any blocking
 // call outside mdsm (plain MPI, I/O).
+//
+// Mutexes and condition variables take any number of fibers of a rank at once (a mutex's holder
+// is the fiber); a semaphore, barrier or work queue serves one waiting thread or fiber per rank
+// at a time (a second one gets MDSM_ERR_BUSY).
 #pragma once
 
 #include <mdsm/mdsm.hpp>

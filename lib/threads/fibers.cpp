@@ -103,6 +103,7 @@ struct incoming_spawn {
 
 struct remote_registry {
   std::uint64_t session = 0;  // runtime::session it was made in
+  int rank = -1;              // this rank in that session
   std::mutex mu;
   handler_id h_reply = 0;
   bool have_reply = false;
@@ -114,7 +115,7 @@ struct remote_registry {
   // Results that arrived as RELEASEs, maybe still held by the program: discarded at finalize
   // (a stored message must not outlive its session).
   std::vector<std::weak_ptr<detail::remote_call>> stored_results;
-  std::atomic<scheduler*> home{nullptr};                                // written under mu
+  std::atomic<scheduler*> home{nullptr};  // written under mu
 };
 remote_registry g_remote;
 
@@ -407,6 +408,7 @@ void finalize_registry();
 void reset_registry_if_stale(mdsm::detail::runtime& r) {
   if (g_remote.session == r.session) return;
   g_remote.session = r.session;
+  g_remote.rank = r.transport->rank();
   r.at_finalize.push_back(&finalize_registry);
   g_remote.have_reply = false;
   g_remote.tasks.clear();
@@ -642,11 +644,17 @@ void finalize_registry() {
     std::fprintf(stderr,
                  "mdsm: rank %d finalizes with %zu remote spawn(s) it never ran (no fiber scheduler ran on it "
                  "after they came: call fibers::run_until, join or yield)\n",
-                 mdsm::rank(), inbox.size());
-  for (incoming_spawn& in : inbox)
-    if (in.stored) in.stored.discard();
+                 g_remote.rank, inbox.size());
+  // Nothing here may stop finalize: a discard that fails leaves its message to be reported.
+  const auto give_up = [](stored_message& m) {
+    try {
+      if (m && !m.disposed()) m.discard();
+    } catch (const error&) {
+    }
+  };
+  for (incoming_spawn& in : inbox) give_up(in.stored);
   for (auto& w : results)
-    if (auto c = w.lock(); c && c->stored && !c->stored.disposed()) c->stored.discard();
+    if (auto c = w.lock()) give_up(c->stored);
 }
 }  // namespace
 

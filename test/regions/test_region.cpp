@@ -4,6 +4,8 @@
 // are tested by test/regions/fault_helper.cpp under a script.)
 #include "support/mailbox.hpp"
 
+#include "common/sanitizers.hpp"
+
 #include <mdsm/mdsm.h>
 
 #include <algorithm>
@@ -620,11 +622,15 @@ TEST_CASE("region: 30 GiB allocated and untouched cost under 50 MB resident; the
   session s;
   unsetenv("MDSM_COHERENT_SIZE");
   const int me = mdsm::rank(), n = mdsm::size();
+  // The bound: 50 MB, as issue 17 asks. Under ThreadSanitizer the resident size also holds its
+  // shadow and trace memory, which grow with whatever the rank's threads touch meanwhile (a CI
+  // run at 3 ranks once measured 64 MB here): four times as much is allowed there.
+  const long limit_kb = (MDSM_TSAN ? 4 : 1) * 50 * 1024;
   const long before = resident_kb();
   std::vector<int*> blocks;
   for (int i = 0; i < 30; ++i) blocks.push_back(static_cast<int*>(mdsm::alloc_collective(std::size_t{1} << 30)));
   const long grown = resident_kb() - before;
-  CHECK(grown < 50 * 1024);
+  CHECK(grown < limit_kb);
   // Each rank writes a word in every block (its own page, and the last word of the block), then
   // every rank reads all of them: only those pages cost anything.
   mdsm::barrier b;
@@ -641,10 +647,10 @@ TEST_CASE("region: 30 GiB allocated and untouched cost under 50 MB resident; the
     bad += blocks[i][page_ints * 97 * static_cast<std::size_t>(n) + 5] != 0;  // untouched: zero
   }
   CHECK(bad == 0);
-  CHECK(resident_kb() - before < 50 * 1024);
+  CHECK(resident_kb() - before < limit_kb);
   b.arrive_and_wait();
   for (int* p : blocks) mdsm::free_collective(p);
-  CHECK(resident_kb() - before < 50 * 1024);
+  CHECK(resident_kb() - before < limit_kb);
   // Allocated again, the memory reads as zero... except what this rank still holds of the
   // writes above is gone too: a fresh allocation is fresh.
   int* again = static_cast<int*>(mdsm::alloc_collective(std::size_t{1} << 30));

@@ -13,9 +13,11 @@
 //      handlers); any other unit that lacks them loses its copy (it will fetch one from the home);
 //      every copy kept, or dropped, counts as holding every write up to G (applied_through), so
 //      no request for a range at or below G is ever sent again. Fetches the application started
-//      before the cut may still ask for such ranges: the rank waits for them too, then answers
-//      gc_ready. A dropped copy is not fetched again before the collection is over: only then do
-//      all homes hold every write up to G (a home takes the cut whenever its message arrives);
+//      before the cut may still ask for such ranges, and may have begun before this rank learned
+//      some notice up to G: the rank waits for them, decides their units once each fetch is over
+//      (maybe_ready), then answers gc_ready. A dropped copy is not fetched again before the
+//      collection is over: only then do all homes hold every write up to G (a home takes the cut
+//      whenever its message arrives);
 //   4. once every rank is ready, rank 0 sends gc_free: every rank frees its records, notices and
 //      diffs up to G (collect_through, as the barrier collection does).
 // Nothing here blocks (handlers run it); a rank inside a barrier collection keeps the cut and the
@@ -144,11 +146,13 @@ void engine::gc_cut(std::uint32_t epoch, const vector_time& g) {
   {
     std::lock_guard lk(bg_.mu);
     bg_.epoch = epoch;
+    bg_.cut = g;
     bg_.waiting.clear();
     bg_.validations = 0;
   }
   // Every unit this rank has an entry for: bring it up to G, or drop it (see the top).
   std::vector<std::uint32_t> drop;
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> waiting;
   std::vector<std::pair<std::uint32_t, std::vector<wanted>>> validate_here;
   const std::uint32_t mine_g = g[static_cast<std::size_t>(rank_)];
   pages_.for_each([&](std::uint32_t u, page_entry& pe) {
@@ -160,55 +164,79 @@ void engine::gc_cut(std::uint32_t epoch, const vector_time& g) {
         }))
       snapshot_diff_locked(u, pe);
     if (pe.state == page_state::unallocated) return;
-    if (pe.fetching) {  // a fetch started before the cut: it may ask for a range below G
-      std::lock_guard lk(bg_.mu);
-      bg_.waiting.emplace_back(u, pe.fetch_generation);
-      return;
-    }
-    std::vector<wanted> wants = wanted_locked(u, pe);
-    const bool lacks = std::any_of(wants.begin(), wants.end(), [&](const wanted& w) {
-      return std::min(w.through, g[w.creator]) > w.after;
-    });
-    if (!lacks) {
-      raise_applied_through_locked(pe, g);
-      return;
-    }
-    // A copy holding this rank's own writes after G is not dropped either: the home does not have
-    // them yet (it has every write up to G, and G may be older than this rank's newest interval).
-    const bool own_after_g = pe.twin || pe.dirty || !pe.open_pieces.empty() ||
-                             (!pe.own.empty() && pe.own.back().last_closed(last_closed_.load(std::memory_order_relaxed)) > mine_g);
-    if ((home_of(u) == rank_ || own_after_g) && pe.state != page_state::no_copy) {
-      pe.fetching = true;
-      if (pe.twin) make_diff_locked(u, pe);  // this rank's own writes first
-      validate_here.emplace_back(u, std::move(wants));
-    } else {
-      drop.push_back(u);
+    std::vector<wanted> wants;
+    switch (cut_unit_locked(u, pe, g, wants)) {
+      case cut_step::keep: break;
+      case cut_step::wait: waiting.emplace_back(u, pe.fetch_generation); break;
+      case cut_step::drop: drop.push_back(u); break;
+      case cut_step::validate: validate_here.emplace_back(u, std::move(wants)); break;
     }
   });
-  {
-    protection_batch batch = protections();
-    for (std::uint32_t u : drop) {
-      batch.visit(u, [&](page_entry& pe) -> unit_protection {
-        if (pe.fetching || (pe.state != page_state::invalid && pe.state != page_state::no_copy)) return {pe.prot};
-        if (pe.twin) make_diff_locked(u, pe);  // save this rank's writes, so the copy can go
-        raise_applied_through_locked(pe, g);
-        pe.dropped_in = epoch;
-        if (pe.state == page_state::no_copy) return {pe.prot};
-        set_state_locked(u, pe, page_state::no_copy);
-        return {os::prot::none, true};
-      });
-    }
-  }
+  drop_for_cut(drop, g, epoch, waiting);
   // Active from here: fetches that finish now, and the validations (their replies come to the
   // holder of the progress lock, which is this handler's thread until it returns), count down.
   {
     std::lock_guard lk(bg_.mu);
+    bg_.waiting = std::move(waiting);
     bg_.validations = static_cast<int>(validate_here.size());
     bg_.active = true;
   }
   bg_active_.store(true, std::memory_order_release);
   for (auto& [u, wants] : validate_here) start_home_validation(u, std::move(wants), g);
   maybe_ready();
+}
+
+engine::cut_step engine::cut_unit_locked(std::uint32_t u, page_entry& pe, const vector_time& g,
+                                         std::vector<wanted>& wants) {
+  // A fetch under way asked for what this rank knew when it began, which may be less than G (a
+  // notice up to G learned since): the unit is decided again once the fetch is over
+  // (maybe_ready). Deciding it now, or not at all, lost writes: the collection forgets the
+  // notices up to G, so a copy that lacked one after the fetch never fetched it (a random DRF
+  // program read 0 for a word written before a barrier, under TSan).
+  if (pe.fetching) return cut_step::wait;
+  wants = wanted_locked(u, pe);
+  const bool lacks = std::any_of(wants.begin(), wants.end(), [&](const wanted& w) {
+    return std::min(w.through, g[w.creator]) > w.after;
+  });
+  if (!lacks) {
+    raise_applied_through_locked(pe, g);
+    return cut_step::keep;
+  }
+  // A copy holding this rank's own writes after G is not dropped either: the home does not have
+  // them yet (it has every write up to G, and G may be older than this rank's newest interval).
+  const std::uint32_t mine_g = g[static_cast<std::size_t>(rank_)];
+  const bool own_after_g = pe.twin || pe.dirty || !pe.open_pieces.empty() ||
+                           (!pe.own.empty() && pe.own.back().last_closed(last_closed_.load(std::memory_order_relaxed)) > mine_g);
+  if ((home_of(u) == rank_ || own_after_g) && pe.state != page_state::no_copy) {
+    pe.fetching = true;
+    if (pe.twin) make_diff_locked(u, pe);  // this rank's own writes first
+    return cut_step::validate;
+  }
+  return cut_step::drop;
+}
+
+void engine::drop_for_cut(const std::vector<std::uint32_t>& units, const vector_time& g, std::uint32_t epoch,
+                          std::vector<std::pair<std::uint32_t, std::uint32_t>>& waiting) {
+  protection_batch batch = protections();
+  for (std::uint32_t u : units) {
+    batch.visit(u, [&](page_entry& pe) -> unit_protection {
+      // Between the decision and here (page lock released) another thread may have begun a
+      // fetch (decided when it is over) or finished one (valid: it asked for everything this rank
+      // knows, so everything up to G).
+      if (pe.fetching) {
+        waiting.emplace_back(u, pe.fetch_generation);
+        return {pe.prot};
+      }
+      if (pe.state == page_state::valid) raise_applied_through_locked(pe, g);
+      if (pe.state != page_state::invalid && pe.state != page_state::no_copy) return {pe.prot};
+      if (pe.twin) make_diff_locked(u, pe);  // save this rank's writes, so the copy can go
+      raise_applied_through_locked(pe, g);
+      pe.dropped_in = epoch;
+      if (pe.state == page_state::no_copy) return {pe.prot};
+      set_state_locked(u, pe, page_state::no_copy);
+      return {os::prot::none, true};
+    });
+  }
 }
 
 void engine::start_home_validation(std::uint32_t u, std::vector<wanted> wants, const vector_time& g) {
@@ -275,25 +303,53 @@ void engine::fetch_finished() {
 
 void engine::maybe_ready() {
   // Page locks are taken without bg_.mu held (gc_cut takes bg_.mu under a page lock).
-  std::vector<std::pair<std::uint32_t, std::uint32_t>> waiting;
+  std::vector<std::pair<std::uint32_t, std::vector<wanted>>> validate_here;
+  vector_time g;
+  std::uint32_t epoch = 0;
+  bool ready = false;
   {
+    std::lock_guard deciding(bg_ready_mu_);
+    std::vector<std::pair<std::uint32_t, std::uint32_t>> waiting;
+    {
+      std::lock_guard lk(bg_.mu);
+      if (!bg_.active || bg_.validations != 0) return;
+      waiting = bg_.waiting;
+      g = bg_.cut;
+      epoch = bg_.epoch;
+    }
+    // Units whose fetch is over are decided now, as the cut decides (cut_unit_locked); one being
+    // fetched again is waited for again (that fetch asks for everything up to G: it began after
+    // the cut).
+    std::vector<std::pair<std::uint32_t, std::uint32_t>> still;
+    std::vector<std::uint32_t> drop;
+    for (const auto& [u, generation] : waiting) {
+      std::lock_guard pl(pages_.lock_of(u));
+      page_entry& pe = pages_.at(u);
+      if (pe.fetch_generation == generation && pe.fetching) {
+        still.emplace_back(u, generation);
+        continue;
+      }
+      if (pe.state == page_state::unallocated) continue;
+      std::vector<wanted> wants;
+      switch (cut_unit_locked(u, pe, g, wants)) {
+        case cut_step::keep: break;
+        case cut_step::wait: still.emplace_back(u, pe.fetch_generation); break;
+        case cut_step::drop: drop.push_back(u); break;
+        case cut_step::validate: validate_here.emplace_back(u, std::move(wants)); break;
+      }
+    }
+    std::sort(drop.begin(), drop.end());
+    drop_for_cut(drop, g, epoch, still);
     std::lock_guard lk(bg_.mu);
-    if (!bg_.active || bg_.validations != 0) return;
-    waiting = bg_.waiting;
+    bg_.waiting = std::move(still);
+    bg_.validations += static_cast<int>(validate_here.size());
+    if (bg_.active && bg_.validations == 0 && bg_.waiting.empty()) {
+      bg_.active = false;
+      ready = true;
+    }
   }
-  std::erase_if(waiting, [&](const std::pair<std::uint32_t, std::uint32_t>& w) {
-    std::lock_guard g(pages_.lock_of(w.first));
-    return pages_.at(w.first).fetch_generation != w.second;
-  });
-  std::uint32_t epoch;
-  {
-    std::lock_guard lk(bg_.mu);
-    if (!bg_.active || bg_.validations != 0) return;
-    bg_.waiting = std::move(waiting);  // the list only shrinks
-    if (!bg_.waiting.empty()) return;
-    bg_.active = false;
-    epoch = bg_.epoch;
-  }
+  for (auto& [u, wants] : validate_here) start_home_validation(u, std::move(wants), g);
+  if (!ready) return;
   bg_active_.store(false, std::memory_order_release);
   send_gc(k_coordinator, op_gc_ready, epoch, nullptr);
 }

@@ -305,6 +305,13 @@ class engine {
   void send_gc(int dest, std::uint32_t op, std::uint32_t epoch, const vector_time* vt);
   void on_gc_frame(const net::inbound_frame& f);
   void gc_cut(std::uint32_t epoch, const vector_time& g);
+  // What a cut does with one unit (its page lock held; not unallocated).
+  enum class cut_step { keep, wait, drop, validate };
+  cut_step cut_unit_locked(std::uint32_t u, page_entry& pe, const vector_time& g, std::vector<wanted>& wants);
+  // Drops the copies of `units` (increasing) for the cut (g, epoch); a unit whose fetch began
+  // meanwhile goes to `waiting` instead.
+  void drop_for_cut(const std::vector<std::uint32_t>& units, const vector_time& g, std::uint32_t epoch,
+                    std::vector<std::pair<std::uint32_t, std::uint32_t>>& waiting);
   void gc_free(std::uint32_t epoch, const vector_time& g);
   void start_home_validation(std::uint32_t u, std::vector<wanted> wants, const vector_time& g);
   void finish_home_validation(home_validation& job);
@@ -428,6 +435,10 @@ class engine {
   std::atomic<bool> bg_want_{false};    // metadata passed bg_trigger_
   std::atomic<bool> bg_active_{false};  // a cut is being processed here (bg_.active)
   std::atomic<std::uint32_t> bg_freed_{0};  // the newest background collection freed here
+  // Held by maybe_ready while it decides the units whose fetches ended (taken with no page lock
+  // and no bg_.mu held; page locks and bg_.mu are taken under it), so two threads finishing
+  // fetches at once do not decide a unit twice or write back each other's waiting list.
+  std::mutex bg_ready_mu_;
   struct {
     std::mutex mu;  // a leaf, except that page locks may be held around it (never the reverse)
     // every rank
@@ -437,6 +448,7 @@ class engine {
     bool blocking = false;    // in a barrier collection: cut and free wait
     int validations = 0;      // home units being fetched up to the cut
     std::vector<std::pair<std::uint32_t, std::uint32_t>> waiting;  // fetches begun before the cut: (unit, generation)
+    vector_time cut;          // G of the collection between its cut and its ready
     std::vector<deferred_step> deferred;
     // the coordinator (rank 0)
     std::uint32_t coord_epoch = 0;

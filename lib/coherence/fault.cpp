@@ -354,34 +354,41 @@ bool engine::validate(std::uint32_t u, access how) {
     }
 
     lk.lock();
-    pe.end_fetch();
-    lk.unlock();
-    fetch_finished();  // a background collection may wait for this fetch (page lock not held)
-    lk.lock();
-    if (replies.empty()) {
-      // No copy: stays no_copy. The home is busy bringing its copy up to date: ask again shortly.
-      // Not allocated at the home: in another rank's arena that is the answer, nothing is
-      // allocated there. A collective unit this rank has allocated is allocated on its home too,
-      // or will be at once: the home may not have finished the same alloc_collective yet (our
-      // copy was dropped by a garbage collection, the range freed and allocated again). Ask
-      // again shortly.
-      const auto now = std::chrono::steady_clock::now();
-      if (give_up == std::chrono::steady_clock::time_point{}) give_up = now + std::chrono::seconds(30);
-      if (pe.state == page_state::unallocated || now > give_up) return false;
-      if (!copy_busy && region_.arena_owner(u) >= 0) return false;
+    if (!replies.empty()) {
+      // Installed, settled and opened in the hold that ends the fetch: a collection waiting for
+      // it (gc.cpp, background_gc.cpp) decides the unit by what it holds, so it must never see
+      // the fetch over and the copy not yet installed (it dropped the copy, or forgot the
+      // notices this fetch did not ask for, and the install then made a stale copy valid).
+      install_locked(batch.front(), pe);
+      // Notices that arrived during the fetch are still wanted; the loop fetches them next.
+      const bool valid = settle_locked(u, pe);
+      // A write fault (x86 tells; `++*p` is one) twins the copy just made and opens it
+      // read-write at once: one mprotect instead of read-only now and a second fault to open it.
+      if (valid && how == access::write) make_writable_locked(u, pe);
+      else if (valid) set_prot_locked(u, pe, os::prot::read);
+      pe.end_fetch();
       lk.unlock();
-      const auto retry_at = now + std::chrono::microseconds(50);
-      progress_.wait_until([&] { return std::chrono::steady_clock::now() >= retry_at; });
+      fetch_finished();  // a background collection may wait for this fetch (page lock not held)
+      if (valid) return true;
       continue;
     }
-    install_locked(batch.front(), pe);
-    // Notices that arrived during the fetch are still wanted; the loop fetches them next.
-    if (!settle_locked(u, pe)) continue;
-    // A write fault (x86 tells; `++*p` is one) twins the copy just made and opens it read-write
-    // at once: one mprotect instead of read-only now and a second fault to open it.
-    if (how == access::write) make_writable_locked(u, pe);
-    else set_prot_locked(u, pe, os::prot::read);
-    return true;
+    // No copy: stays no_copy. The home is busy bringing its copy up to date: ask again shortly.
+    // Not allocated at the home: in another rank's arena that is the answer, nothing is
+    // allocated there. A collective unit this rank has allocated is allocated on its home too,
+    // or will be at once: the home may not have finished the same alloc_collective yet (our
+    // copy was dropped by a garbage collection, the range freed and allocated again). Ask
+    // again shortly.
+    pe.end_fetch();
+    lk.unlock();
+    fetch_finished();
+    lk.lock();
+    const auto now = std::chrono::steady_clock::now();
+    if (give_up == std::chrono::steady_clock::time_point{}) give_up = now + std::chrono::seconds(30);
+    if (pe.state == page_state::unallocated || now > give_up) return false;
+    if (!copy_busy && region_.arena_owner(u) >= 0) return false;
+    lk.unlock();
+    const auto retry_at = now + std::chrono::microseconds(50);
+    progress_.wait_until([&] { return std::chrono::steady_clock::now() >= retry_at; });
   }
 }
 

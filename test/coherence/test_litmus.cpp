@@ -3,11 +3,14 @@
 // pins down; all values are asserted.
 #include "support/mailbox.hpp"
 
+#include <mdsm/fibers.hpp>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <thread>
 
 using mdsm::annotation;
 using namespace mdsm_test;
@@ -1581,4 +1584,59 @@ TEST_CASE("litmus 47: the window ahead of a walk (prefetch) with notices, a free
   }
   world_barrier();
   mdsm::free_collective(b);
+}
+
+TEST_CASE("litmus 48: a background collection's cut while a fetch is under way that lacks a notice up to the cut",
+          "[mpi][litmus][np2+]") {
+  // Rank 1 owns a page (its arena: rank 0 fetches copies of it from rank 1). Each round, rank 0
+  // reads word 0 in fiber A: the fetch asks for what rank 0 knows then, and A waits for it.
+  // Fiber B, run meanwhile, lets rank 1 write word 1 and release to rank 0 (accepted in the
+  // handler): a notice the fetch did not ask for. Then rank 1 lowers its collection threshold,
+  // writes word 2 and releases again: that release asks for a background collection, whose cut
+  // covers the notice of word 1. B keeps the thread (no yield) until the cut has come, so A ends
+  // its fetch only after the cut. The collection must then drop or refetch the copy: it forgets
+  // every notice up to the cut, and a copy still lacking one would read 0 for word 1 forever (a
+  // random DRF program did, under TSan).
+  session s;
+  mailbox box("litmus.cut");
+  const int me = mdsm::rank();
+  const std::uint64_t threshold = mdsm::gc_threshold();
+  constexpr int rounds = 12;
+  if (me == 1) {
+    for (int k = 1; k <= rounds; ++k) {
+      int* p = mdsm::alloc_array<int>(k_words_per_page);
+      p[0] = k;
+      box.send(0, annotation::release, reinterpret_cast<long>(p));
+      box.wait(k, 0);  // rank 0's fiber A is fetching
+      p[1] = k;
+      box.send(0, annotation::release);
+      const auto before = stat("gc_background_runs");
+      mdsm::set_gc_threshold(1);
+      p[2] = k;
+      box.send(0, annotation::release);  // asks for a collection
+      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      mdsm::wait_until([&] { return stat("gc_background_runs") > before || std::chrono::steady_clock::now() > until; });
+      mdsm::set_gc_threshold(threshold);
+    }
+  } else if (me == 0) {
+    for (int k = 1; k <= rounds; ++k) {
+      box.wait(3 * k - 2, 1);
+      const auto* p = reinterpret_cast<const int*>(box.values().back());
+      int first = -1;
+      mdsm::fibers::spawn([&] { first = p[0]; });
+      mdsm::fibers::spawn([&] {
+        box.send(1, annotation::none);
+        const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+        while (box.values().size() < static_cast<std::size_t>(3 * k) && std::chrono::steady_clock::now() < until)
+          std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        std::this_thread::sleep_for(std::chrono::milliseconds(30));  // the collection's cut
+      });
+      mdsm::fibers::run();
+      CHECK(first == k);
+      CHECK(p[1] == k);
+      CHECK(p[2] == k);
+    }
+    CHECK(stat("gc_background_runs") >= 1);
+  }
+  world_barrier();
 }

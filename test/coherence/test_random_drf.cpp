@@ -21,6 +21,7 @@
 //   MDSM_DRF_SEEDS=n   how many seeds (default 60, from 1)
 //   MDSM_DRF_SEED=n    run only seed n (replay a failure; use the same number of ranks)
 //   MDSM_DRF_TRACE=1   print each rank's program
+//   MDSM_DRF_GC=1      collect at every barrier in every seed (0: in none); stresses collections
 // A failure prints the seed, the rank, the step and the word, and aborts the job; a seed that
 // hangs is reported after 60 s.
 #include "support/session.hpp"
@@ -167,6 +168,7 @@ program generate(std::uint64_t seed, int n) {
   }
   p.progress_thread = !chance(25);
   p.gc_at_barriers = chance(20);
+  if (const char* g = std::getenv("MDSM_DRF_GC"); g != nullptr && *g != '\0') p.gc_at_barriers = *g == '1';
   const bool all_accept_in_handler = chance(30), none_accept_in_handler = chance(30);
 
   model m(n);

@@ -1,6 +1,7 @@
 // The C API: each function calls the C++ API and turns mdsm::error into a status code (and the
 // thread's last-error message). Nothing may throw across this boundary.
 #include "api/c_guard.hpp"
+#include "api/runtime.hpp"
 #include "common/check.hpp"
 #include "stats/counters.hpp"
 
@@ -196,31 +197,25 @@ mdsm_status mdsm_wait_until(int (*done)(void*), void* context) {
 mdsm_status mdsm_set_upcalls(const mdsm_upcalls* u) {
   if (u == nullptr) return null_arg("upcalls");
   return guarded([&] {
-    mdsm::upcalls cpp;
-    const bool any = u->current != nullptr || u->block != nullptr || u->wake != nullptr;
-    if (any && (u->current == nullptr || u->block == nullptr || u->wake == nullptr))
-      mdsm::detail::fail(MDSM_ERR_INVALID_ARGUMENT, "mdsm_set_upcalls: current, block and wake must all be set (or all NULL)");
-    if (any) {
-      // The C set stays alive as long as the process: a wait may have copied it.
-      static std::mutex mu;
-      static std::vector<std::unique_ptr<mdsm_upcalls>> kept;
-      std::lock_guard lk(mu);
-      kept.push_back(std::make_unique<mdsm_upcalls>(*u));
-      cpp.ctx = kept.back().get();
-      cpp.current = [](void* c) {
-        auto* k = static_cast<mdsm_upcalls*>(c);
+    mdsm::net::upcalls n;
+    if (u->current != nullptr || u->block != nullptr || u->wake != nullptr) {
+      auto kept = std::make_shared<const mdsm_upcalls>(*u);
+      n.current = u->current == nullptr ? nullptr : +[](void* c) {
+        auto* k = static_cast<const mdsm_upcalls*>(c);
         return k->current(k->context);
       };
-      cpp.block = [](mdsm::wait_token* t, void* w, void* c) {
-        auto* k = static_cast<mdsm_upcalls*>(c);
+      n.block = u->block == nullptr ? nullptr : +[](mdsm::net::wait_token* t, void* w, void* c) {
+        auto* k = static_cast<const mdsm_upcalls*>(c);
         k->block(reinterpret_cast<mdsm_wait_token*>(t), w, k->context);
       };
-      cpp.wake = [](mdsm::wait_token* t, void* w, void* c) {
-        auto* k = static_cast<mdsm_upcalls*>(c);
+      n.wake = u->wake == nullptr ? nullptr : +[](mdsm::net::wait_token* t, void* w, void* c) {
+        auto* k = static_cast<const mdsm_upcalls*>(c);
         k->wake(reinterpret_cast<mdsm_wait_token*>(t), w, k->context);
       };
+      n.ctx = const_cast<mdsm_upcalls*>(kept.get());
+      n.keep = std::move(kept);
     }
-    mdsm::set_upcalls(cpp);
+    mdsm::detail::set_upcalls_from("mdsm_set_upcalls", std::move(n));
   });
 }
 

@@ -277,31 +277,37 @@ void* detail::current_user_thread() noexcept {
   return g_runtime ? g_runtime->progress->current_user_thread() : nullptr;
 }
 
-void set_upcalls(const upcalls& u) {
+void detail::set_upcalls_from(const char* api, net::upcalls u) {
   detail::runtime& r = detail::rt();
   if (const char* h = net::current_handler())
-    detail::fail(MDSM_ERR_HANDLER_CONTEXT, "set_upcalls was called from message handler '", h, "'");
+    detail::fail(MDSM_ERR_HANDLER_CONTEXT, api, " was called from message handler '", h, "'");
+  const bool any = u.current != nullptr || u.block != nullptr || u.wake != nullptr;
+  if (any && (u.current == nullptr || u.block == nullptr || u.wake == nullptr))
+    detail::fail(MDSM_ERR_INVALID_ARGUMENT, api, ": current, block and wake must all be set (or all null)");
+  r.progress->set_upcalls(u);
+}
+
+void set_upcalls(const upcalls& u) {
   net::upcalls n;
   if (u.current != nullptr || u.block != nullptr || u.wake != nullptr) {
-    if (u.current == nullptr || u.block == nullptr || u.wake == nullptr)
-      detail::fail(MDSM_ERR_INVALID_ARGUMENT, "set_upcalls: current, block and wake must all be set (or all null)");
-    auto kept = std::make_unique<upcalls>(u);
     // The public token is the internal one under another name (it is opaque to the scheduler).
-    n.current = [](void* ctx) { return static_cast<upcalls*>(ctx)->current(static_cast<upcalls*>(ctx)->ctx); };
-    n.block = [](net::wait_token* t, void* waiter, void* ctx) {
-      auto* k = static_cast<upcalls*>(ctx);
+    auto kept = std::make_shared<const upcalls>(u);
+    n.current = u.current == nullptr ? nullptr : +[](void* ctx) {
+      auto* k = static_cast<const upcalls*>(ctx);
+      return k->current(k->ctx);
+    };
+    n.block = u.block == nullptr ? nullptr : +[](net::wait_token* t, void* waiter, void* ctx) {
+      auto* k = static_cast<const upcalls*>(ctx);
       k->block(reinterpret_cast<wait_token*>(t), waiter, k->ctx);
     };
-    n.wake = [](net::wait_token* t, void* waiter, void* ctx) {
-      auto* k = static_cast<upcalls*>(ctx);
+    n.wake = u.wake == nullptr ? nullptr : +[](net::wait_token* t, void* waiter, void* ctx) {
+      auto* k = static_cast<const upcalls*>(ctx);
       k->wake(reinterpret_cast<wait_token*>(t), waiter, k->ctx);
     };
-    n.ctx = kept.get();
-    r.progress->set_upcalls(n);
-    r.upcall_sets.push_back(std::move(kept));
-    return;
+    n.ctx = const_cast<upcalls*>(kept.get());
+    n.keep = std::move(kept);
   }
-  r.progress->set_upcalls(n);
+  detail::set_upcalls_from("set_upcalls", std::move(n));
 }
 
 void* alloc(std::size_t bytes) { return detail::rt().allocator->alloc(bytes); }

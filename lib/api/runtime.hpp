@@ -51,8 +51,6 @@ struct runtime {
   MPI_Comm user_comm = MPI_COMM_NULL;
   // Counts init calls in this process: tells state kept across sessions (mpi_ext's) it is stale.
   std::uint64_t session = 0;
-  // Every upcall set given to set_upcalls: a wait that copied an older set may still call it.
-  std::vector<std::unique_ptr<upcalls>> upcall_sets;
   // Run by finalize once no frame is in flight, before the layers go (layers above the runtime,
   // e.g. lib/threads, drop what they keep of this session: stored messages among it).
   std::vector<std::function<void()>> at_finalize;
@@ -64,5 +62,8 @@ struct runtime {
 runtime& rt();
 // Like rt() for calls that must not happen inside a handler (they wait).
 runtime& rt_blocking(const char* what);
+// set_upcalls and mdsm_set_upcalls: `u` holds trampolines into the caller's copy of its set (or
+// nothing); refuses a handler context and a partial set, naming `api`.
+void set_upcalls_from(const char* api, net::upcalls u);
 
 }  // namespace mdsm::detail

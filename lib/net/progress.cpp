@@ -160,8 +160,7 @@ void progress::enter_wait() {
 
 void progress::set_upcalls(const upcalls& u) {
   const bool any = u.current != nullptr || u.block != nullptr || u.wake != nullptr;
-  if (any && (u.current == nullptr || u.block == nullptr || u.wake == nullptr))
-    detail::fail(MDSM_ERR_INVALID_ARGUMENT, "set_upcalls: current, block and wake must all be set (or all null)");
+  MDSM_ASSERT(!any || (u.current != nullptr && u.block != nullptr && u.wake != nullptr), "a partial upcall set");
   std::lock_guard lk(blocked_mu_);
   if (blocked_count_.load(std::memory_order_acquire) != 0)
     detail::fail(MDSM_ERR_BUSY, "set_upcalls: ", blocked_count_.load(), " wait(s) are suspended through the upcalls "

@@ -104,11 +104,14 @@ struct wait_token {
 };
 
 // The scheduler's side (mdsm::upcalls in the public header says what each must do).
+// The public APIs (C++ set_upcalls, C mdsm_set_upcalls) fill it with trampolines into the
+// user's set, whose copy `ctx` points to and `keep` owns.
 struct upcalls {
   void* (*current)(void* ctx) = nullptr;
   void (*block)(wait_token* token, void* waiter, void* ctx) = nullptr;
   void (*wake)(wait_token* token, void* waiter, void* ctx) = nullptr;
   void* ctx = nullptr;
+  std::shared_ptr<const void> keep;
 };
 
 // Depth of no_switch_scopes on this thread: while > 0 its waits poll instead of suspending.
@@ -288,7 +291,8 @@ class progress {
   std::thread thread_;
   std::string pinning_ = "no progress thread";
   // The upcalls (read on every wait that does not end at once) and the suspended waits. Every set
-  // ever given stays alive until the progress engine goes: a wait may have loaded an older one.
+  // ever given (and what its ctx points to) stays alive until the progress engine goes: a wait
+  // may have loaded an older one. The one list of them.
   std::atomic<const upcalls*> upcalls_{nullptr};
   std::vector<std::unique_ptr<upcalls>> upcall_sets_;  // under blocked_mu_
   detail::spin_mutex blocked_mu_;

@@ -11,7 +11,9 @@
 
 #include "common/check.hpp"
 
+#include <algorithm>
 #include <deque>
+#include <memory>
 
 namespace mdsm::sync {
 
@@ -31,14 +33,19 @@ struct semaphore_state final : object {
     bool is_try;
   };
   std::deque<waiter> waiters;
-  // Acquirer side (guarded by mu).
-  bool acquiring = false;
-  int result = 0;  // 0 pending, 1 granted, 2 none available (try)
-  stored_message arrived;
+  // Acquirer side (guarded by mu): this rank's acquires whose answer was not taken yet, in the
+  // order their requests were made (several threads or fibers of a rank may acquire at once).
+  struct acquire {
+    bool is_try = false;
+    bool left = false;  // its caller left with an error: its answer is given back when it comes
+    int result = 0;     // 0 pending, 1 granted, 2 none available (try)
+    stored_message arrived;
+  };
+  std::deque<std::shared_ptr<acquire>> acquires;
 
   const char* busy_reason() const override {
-    if (acquiring) return "waited on";
-    if (!waiters.empty()) return "waited on";
+    if (!waiters.empty() || std::any_of(acquires.begin(), acquires.end(), [](const auto& a) { return !a->left; }))
+      return "waited on";
     return nullptr;
   }
   void drain(std::vector<stored_message>& out) override {
@@ -51,10 +58,46 @@ std::shared_ptr<semaphore_state> state_of(std::uint64_t id) {
   return current().use<semaphore_state>(id, kind::semaphore);
 }
 
-// The acquirer's side of an answer (mu held).
+bool grant_locked(semaphore_state& s, int requester);
+void grant_waiters_locked(semaphore_state& s);
+
+// A permit granted to an acquire whose caller left with an error goes back to the manager, so
+// none is lost (mu held).
+void give_back_locked(semaphore_state& s, stored_message permit) {
+  services& sv = current();
+  if (s.manager == sv.rank()) {
+    if (permit) s.permits.push_front(std::move(permit));
+    else ++s.plain;
+    grant_waiters_locked(s);
+    return;
+  }
+  // Accepted here, its writes travel on with this rank's RELEASE (transitively).
+  if (permit) permit.accept();
+  send(s.manager, sv.h_sem_release, payload_builder(s.id, op_release).bytes(), annotation::release);
+}
+
+// The acquirer's side of an answer (mu held). The manager answers this rank's requests in the
+// order they reached it (over one channel, or in process when it is the manager), except that a
+// request that must wait is overtaken by later tries, answered at once -- with "none": a request
+// waits only while there is no permit. So a permit is the oldest unanswered request's, and a
+// "none" the oldest unanswered try's.
 void granted_locked(semaphore_state& s, stored_message permit, bool ok) {
-  s.arrived = std::move(permit);
-  s.result = ok ? 1 : 2;
+  services& sv = current();
+  const auto it = std::find_if(s.acquires.begin(), s.acquires.end(),
+                               [&](const auto& a) { return a->result == 0 && (ok || a->is_try); });
+  if (it == s.acquires.end()) {
+    if (permit) permit.accept();  // disposed of, whatever happens next
+    detail::fail(MDSM_ERR_MALFORMED, "semaphore ", id_text(s.id), ": rank ", sv.rank(),
+                 " got an answer to no acquire of its own");
+  }
+  semaphore_state::acquire& a = **it;
+  if (!a.left) {
+    a.arrived = std::move(permit);
+    a.result = ok ? 1 : 2;
+    return;
+  }
+  s.acquires.erase(it);
+  if (ok) give_back_locked(s, std::move(permit));
 }
 
 // Manager: gives `requester` a permit if there is one (mu held). Returns false if none.
@@ -80,6 +123,16 @@ bool grant_locked(semaphore_state& s, int requester) {
   return false;
 }
 
+// Manager: grants waiting requesters while permits last (mu held). Each is taken off the queue
+// before its grant, which may give a permit back (granted_locked) and so grant the next ones.
+void grant_waiters_locked(semaphore_state& s) {
+  while (!s.waiters.empty() && (!s.permits.empty() || s.plain > 0)) {
+    const int requester = s.waiters.front().rank;
+    s.waiters.pop_front();
+    grant_locked(s, requester);
+  }
+}
+
 void request_locked(semaphore_state& s, int requester, bool is_try) {
   if (grant_locked(s, requester)) return;
   if (!is_try) {
@@ -96,23 +149,25 @@ void request_locked(semaphore_state& s, int requester, bool is_try) {
 bool acquire_impl(operation& op, std::uint64_t id, bool is_try, const char* what) {
   auto s = state_of(id);
   services& sv = current();
-  {
-    std::lock_guard lk(s->mu);
-    if (s->acquiring)
-      detail::fail(MDSM_ERR_BUSY, what, ": semaphore ", id_text(id), ": another thread of rank ", sv.rank(),
-                   " is acquiring it");
-    s->acquiring = true;
-    s->result = 0;
-  }
+  auto mine = std::make_shared<semaphore_state::acquire>();
+  mine->is_try = is_try;
   const auto forget = [&] {
     std::lock_guard lk(s->mu);
-    s->acquiring = false;
-    s->result = 0;
+    const auto it = std::find(s->acquires.begin(), s->acquires.end(), mine);
+    if (it == s->acquires.end()) return;
+    if (mine->result == 0) {
+      mine->left = true;  // answered later: given back then (granted_locked)
+      return;
+    }
+    s->acquires.erase(it);
+    if (mine->result == 1) give_back_locked(*s, std::move(mine->arrived));  // granted, not taken
   };
   return undo_if_throws(forget, [&] {
     op.about("semaphore", id, s->manager, "its manager, which hands out permits");
     {
+      // The request is made and its place in the order taken under one hold of mu.
       std::lock_guard lk(s->mu);
+      s->acquires.push_back(mine);
       if (s->manager == sv.rank())
         request_locked(*s, sv.rank(), is_try);
       else
@@ -121,20 +176,16 @@ bool acquire_impl(operation& op, std::uint64_t id, bool is_try, const char* what
     }
     wait_until([&] {
       std::lock_guard lk(s->mu);
-      return s->result != 0 || s->abandoned();
+      return mine->result != 0 || s->abandoned();
     });
-    {
-      std::lock_guard lk(s->mu);
-      if (s->result == 0) s->fail_destroyed(what);
-    }
     stored_message permit;
     bool ok;
     {
       std::lock_guard lk(s->mu);
-      permit = std::move(s->arrived);
-      ok = s->result == 1;
-      s->acquiring = false;
-      s->result = 0;
+      if (mine->result == 0) s->fail_destroyed(what);
+      permit = std::move(mine->arrived);
+      ok = mine->result == 1;
+      s->acquires.erase(std::find(s->acquires.begin(), s->acquires.end(), mine));
     }
     if (permit) permit.accept();
     return ok;
@@ -150,7 +201,7 @@ void on_sem_release(message& m) {
   std::lock_guard lk(s->mu);
   if (is_manager_role(*s, m, current().rank())) {
     s->permits.push_back(m.store());
-    while (!s->waiters.empty() && grant_locked(*s, s->waiters.front().rank)) s->waiters.pop_front();
+    grant_waiters_locked(*s);
   } else {  // a permit forwarded by the manager to this acquirer
     granted_locked(*s, m.store(), true);
   }

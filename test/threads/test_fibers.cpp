@@ -322,6 +322,57 @@ TEST_CASE("fibers: two fibers of one rank contend for one mdsm mutex", "[fibers]
   mdsm::free_collective(counter);
 }
 
+TEST_CASE("fibers: several fibers of one rank wait on one semaphore, with tries among them", "[fibers][np2+]") {
+  // One permit guards a counter: every acquire must see the counter as the previous holder left
+  // it (the permit carries the releaser's writes), and no two holders overlap. Four fibers per
+  // rank wait in acquire at once; a fifth tries, and its "none" answers must not be taken for
+  // the waiting fibers' grants (or theirs for its own).
+  session s;
+  mdsm::semaphore sem(1);
+  auto* counter = static_cast<long*>(mdsm::alloc_collective(sizeof(long)));
+  constexpr int k_fibers = 4, k_rounds = 10, k_tries = 30;
+  std::atomic<int> inside{0};
+  int overlaps = 0;
+  long tried_ok = 0;
+  auto critical = [&] {
+    if (inside.fetch_add(1) != 0) ++overlaps;
+    const long v = *counter;
+    fb::yield();  // the other fibers of this rank run meanwhile (and wait for the permit)
+    *counter = v + 1;
+    inside.fetch_sub(1);
+  };
+  std::vector<fb::fiber> fs;
+  for (int i = 0; i < k_fibers; ++i)
+    fs.push_back(fb::spawn([&] {
+      for (int k = 0; k < k_rounds; ++k) {
+        sem.acquire();
+        critical();
+        sem.release();
+      }
+    }));
+  fs.push_back(fb::spawn([&] {
+    for (int k = 0; k < k_tries; ++k) {
+      if (sem.try_acquire()) {
+        ++tried_ok;
+        critical();
+        sem.release();
+      }
+      fb::yield();
+    }
+  }));
+  for (auto& f : fs) fb::join(f);
+  CHECK(overlaps == 0);
+  long tried_all = 0;
+  MPI_Allreduce(&tried_ok, &tried_all, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
+  mdsm::barrier b;
+  b.arrive_and_wait();
+  sem.acquire();
+  CHECK(*counter == static_cast<long>(k_fibers) * k_rounds * world_size() + tried_all);
+  sem.release();
+  b.arrive_and_wait();
+  mdsm::free_collective(counter);
+}
+
 TEST_CASE("fibers: remote spawn with each annotation", "[fibers][np2+]") {
   session s;
   const int me = world_rank(), n = world_size();

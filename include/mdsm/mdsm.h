@@ -114,7 +114,7 @@ mdsm_status mdsm_set_upcalls(const mdsm_upcalls* upcalls);
 /* mdsm's fibers (mdsm/fibers.hpp, docs/FIBERS.md): user-level threads whose mdsm waits suspend
  * only the fiber. A handle is the address of the fiber's control block (in the non-coherent
  * region). stack_bytes 0: the default (MDSM_FIBER_STACK_KB). join frees the fiber; it returns
- * MDSM_ERR_TASK_FAILED if the fiber ended holding an mdsm mutex. Remote spawn is C++ only. */
+ * MDSM_ERR_TASK_FAILED if the fiber ended holding an mdsm mutex. */
 typedef struct mdsm_fiber_block* mdsm_fiber;
 mdsm_status mdsm_fiber_spawn(void (*fn)(void* arg), void* arg, size_t stack_bytes, mdsm_fiber* fiber);
 mdsm_status mdsm_fiber_yield(void);
@@ -122,6 +122,30 @@ mdsm_status mdsm_fiber_join(mdsm_fiber fiber);
 /* Runs the calling thread's fibers until all have ended (not from a fiber). */
 mdsm_status mdsm_fibers_run(void);
 int mdsm_in_fiber(void);
+
+/* Remote spawn (mdsm::fibers::register_task / spawn_remote): a task registered collectively (same
+ * names, same order on every rank) runs on a new fiber of the rank it is spawned on, started when
+ * that rank's first scheduling thread enters its scheduler. The task gets its arguments and
+ * returns 0 with its result in *result (from malloc, freed by mdsm; NULL for none) and
+ * *result_len, or nonzero for a failure, which the spawner's mdsm_remote_result_get reports as
+ * MDSM_ERR_TASK_FAILED. The spawn is a message annotated `annotation`: RELEASE (or RELEASE_NT)
+ * when the task reads the caller's shared data; the result comes back in a RELEASE (NONE for a
+ * NONE spawn), so the caller then sees the task's writes. */
+typedef uint32_t mdsm_task;
+typedef int (*mdsm_task_fn)(const void* args, size_t args_len, void** result, size_t* result_len, void* context);
+mdsm_status mdsm_task_register(const char* name, mdsm_task_fn fn, void* context, mdsm_task* task);
+typedef struct mdsm_remote_result mdsm_remote_result;
+mdsm_status mdsm_spawn_remote(int rank, mdsm_task task, const void* args, size_t args_len, mdsm_annotation annotation,
+                              mdsm_remote_result** result);
+/* *ready = 1 once the result has arrived. */
+mdsm_status mdsm_remote_result_ready(const mdsm_remote_result* result, int* ready);
+/* Waits for the result (a fiber only suspends; outside one the thread runs its fibers), copies it
+ * into buf (capacity cap) and sets *len to its size. MDSM_ERR_INVALID_ARGUMENT if it does not fit
+ * (*len says how much it needs; call again with a larger buffer); MDSM_ERR_TASK_FAILED if the task
+ * failed (mdsm_last_error has its message). Free the result with mdsm_remote_result_free; one
+ * never taken gives its RELEASE up. */
+mdsm_status mdsm_remote_result_get(mdsm_remote_result* result, void* buf, size_t cap, size_t* len);
+void mdsm_remote_result_free(mdsm_remote_result* result);
 int mdsm_in_handler(void);
 /* Pauses / resumes this rank's progress thread; see mdsm::pause_progress_thread in mdsm.hpp. */
 mdsm_status mdsm_pause_progress_thread(void);

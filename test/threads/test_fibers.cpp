@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -553,6 +554,72 @@ TEST_CASE("fibers (C): spawn, yield, join, run", "[fibers][np1]") {
   CHECK(mdsm_fiber_spawn(nullptr, &c, 0, &g) == MDSM_ERR_INVALID_ARGUMENT);
   CHECK(mdsm_fiber_spawn(c_fiber_body, &c, 1024, &g) == MDSM_ERR_INVALID_ARGUMENT);
   CHECK(mdsm_fiber_spawn(c_fiber_body, &c, 0, nullptr) == MDSM_ERR_INVALID_ARGUMENT);
+}
+
+namespace {
+// A C task: returns the caller's cell (args: its address) times 10, or fails for a negative one.
+std::atomic<int> c_tasks_ran{0};  // tasks run to their end on this rank
+int c_task_times_ten(const void* args, size_t len, void** result, size_t* result_len, void*) {
+  struct count_end {
+    ~count_end() { c_tasks_ran.fetch_add(1); }
+  } counted;
+  if (len != sizeof(long*)) return 2;
+  const long* cell;
+  std::memcpy(&cell, args, sizeof cell);
+  const long v = *cell;  // the spawner wrote it just before a RELEASE spawn
+  if (v < 0) return 1;
+  auto* out = static_cast<long*>(std::malloc(sizeof(long)));
+  *out = 10 * v;
+  *result = out;
+  *result_len = sizeof(long);
+  return 0;
+}
+}  // namespace
+
+TEST_CASE("fibers (C): remote spawn, its results and failures", "[fibers][np2+]") {
+  session s;
+  const int me = world_rank(), n = world_size(), peer = (me + 1) % n;
+  auto* cells = static_cast<long*>(mdsm::alloc_collective(sizeof(long) * static_cast<std::size_t>(n)));
+  c_tasks_ran = 0;
+  mdsm_task t = 0;
+  REQUIRE(mdsm_task_register("test.fibers.c_times_ten", c_task_times_ten, nullptr, &t) == MDSM_SUCCESS);
+  // A RELEASE spawn: the task on the peer reads our cell.
+  cells[me] = me + 1;
+  long* mine = &cells[me];
+  mdsm_remote_result* r = nullptr;
+  REQUIRE(mdsm_spawn_remote(peer, t, &mine, sizeof mine, MDSM_RELEASE, &r) == MDSM_SUCCESS);
+  size_t len = 0;
+  long got = 0;
+  // Too small a buffer first: the result is kept for the next call.
+  CHECK(mdsm_remote_result_get(r, &got, 1, &len) == MDSM_ERR_INVALID_ARGUMENT);
+  CHECK(len == sizeof(long));
+  int ready = 0;
+  CHECK(mdsm_remote_result_ready(r, &ready) == MDSM_SUCCESS);
+  CHECK(ready == 1);
+  CHECK(mdsm_remote_result_get(r, &got, sizeof got, &len) == MDSM_SUCCESS);
+  CHECK(got == 10 * (me + 1));
+  mdsm_remote_result_free(r);
+  // Our predecessor's spawn runs on our fibers: keep scheduling until it has ended (our own result
+  // may have come first).
+  fb::run_until([] { return c_tasks_ran.load() >= 1; });
+  // A failing task: its status reaches the spawner, with the task's name.
+  world_barrier();
+  cells[me] = -1;
+  REQUIRE(mdsm_spawn_remote(peer, t, &mine, sizeof mine, MDSM_RELEASE, &r) == MDSM_SUCCESS);
+  CHECK(mdsm_remote_result_get(r, &got, sizeof got, &len) == MDSM_ERR_TASK_FAILED);
+  CHECK(std::string(mdsm_last_error()).find("test.fibers.c_times_ten") != std::string::npos);
+  CHECK(mdsm_remote_result_get(r, &got, sizeof got, &len) == MDSM_ERR_INVALID_HANDLE);  // used
+  mdsm_remote_result_free(r);
+  // Misuse.
+  CHECK(mdsm_spawn_remote(n, t, &mine, sizeof mine, MDSM_RELEASE, &r) == MDSM_ERR_INVALID_RANK);
+  CHECK(mdsm_spawn_remote(peer, t + 1000, &mine, sizeof mine, MDSM_NONE, &r) == MDSM_ERR_UNKNOWN_HANDLER);
+  CHECK(mdsm_spawn_remote(peer, t, nullptr, 8, MDSM_NONE, &r) == MDSM_ERR_INVALID_ARGUMENT);
+  CHECK(mdsm_spawn_remote(peer, t, &mine, sizeof mine, MDSM_NONE, nullptr) == MDSM_ERR_INVALID_ARGUMENT);
+  CHECK(mdsm_task_register("test.fibers.c_null", nullptr, nullptr, &t) == MDSM_ERR_INVALID_ARGUMENT);
+  CHECK(mdsm_remote_result_ready(nullptr, &ready) == MDSM_ERR_INVALID_ARGUMENT);
+  fb::run_until([] { return c_tasks_ran.load() >= 2; });
+  world_barrier();
+  mdsm::free_collective(cells);
 }
 
 TEST_CASE("fibers: finalize drops spawns never run and results never taken", "[fibers][np2+]") {

@@ -197,25 +197,7 @@ mdsm_status mdsm_wait_until(int (*done)(void*), void* context) {
 mdsm_status mdsm_set_upcalls(const mdsm_upcalls* u) {
   if (u == nullptr) return null_arg("upcalls");
   return guarded([&] {
-    mdsm::net::upcalls n;
-    if (u->current != nullptr || u->block != nullptr || u->wake != nullptr) {
-      auto kept = std::make_shared<const mdsm_upcalls>(*u);
-      n.current = u->current == nullptr ? nullptr : +[](void* c) {
-        auto* k = static_cast<const mdsm_upcalls*>(c);
-        return k->current(k->context);
-      };
-      n.block = u->block == nullptr ? nullptr : +[](mdsm::net::wait_token* t, void* w, void* c) {
-        auto* k = static_cast<const mdsm_upcalls*>(c);
-        k->block(reinterpret_cast<mdsm_wait_token*>(t), w, k->context);
-      };
-      n.wake = u->wake == nullptr ? nullptr : +[](mdsm::net::wait_token* t, void* w, void* c) {
-        auto* k = static_cast<const mdsm_upcalls*>(c);
-        k->wake(reinterpret_cast<mdsm_wait_token*>(t), w, k->context);
-      };
-      n.ctx = const_cast<mdsm_upcalls*>(kept.get());
-      n.keep = std::move(kept);
-    }
-    mdsm::detail::set_upcalls_from("mdsm_set_upcalls", std::move(n));
+    mdsm::detail::set_upcalls_from("mdsm_set_upcalls", mdsm::detail::upcall_trampolines<&mdsm_upcalls::context>(*u));
   });
 }
 

@@ -288,26 +288,8 @@ void detail::set_upcalls_from(const char* api, net::upcalls u) {
 }
 
 void set_upcalls(const upcalls& u) {
-  net::upcalls n;
-  if (u.current != nullptr || u.block != nullptr || u.wake != nullptr) {
-    // The public token is the internal one under another name (it is opaque to the scheduler).
-    auto kept = std::make_shared<const upcalls>(u);
-    n.current = u.current == nullptr ? nullptr : +[](void* ctx) {
-      auto* k = static_cast<const upcalls*>(ctx);
-      return k->current(k->ctx);
-    };
-    n.block = u.block == nullptr ? nullptr : +[](net::wait_token* t, void* waiter, void* ctx) {
-      auto* k = static_cast<const upcalls*>(ctx);
-      k->block(reinterpret_cast<wait_token*>(t), waiter, k->ctx);
-    };
-    n.wake = u.wake == nullptr ? nullptr : +[](net::wait_token* t, void* waiter, void* ctx) {
-      auto* k = static_cast<const upcalls*>(ctx);
-      k->wake(reinterpret_cast<wait_token*>(t), waiter, k->ctx);
-    };
-    n.ctx = const_cast<upcalls*>(kept.get());
-    n.keep = std::move(kept);
-  }
-  detail::set_upcalls_from("set_upcalls", std::move(n));
+  // The public token is the internal one under another name (it is opaque to the scheduler).
+  detail::set_upcalls_from("set_upcalls", detail::upcall_trampolines<&upcalls::ctx>(u));
 }
 
 void* alloc(std::size_t bytes) { return detail::rt().allocator->alloc(bytes); }

@@ -66,4 +66,37 @@ runtime& rt_blocking(const char* what);
 // nothing); refuses a handler context and a partial set, naming `api`.
 void set_upcalls_from(const char* api, net::upcalls u);
 
+// The trampolines from net::upcalls into a public upcall set (mdsm::upcalls, or C's mdsm_upcalls:
+// the same three functions over its own token type, its context in member `Ctx`), reading a copy
+// of the set that the result keeps. A set with no function gives empty upcalls (none).
+template <class F>
+struct upcall_token;
+template <class Token>
+struct upcall_token<void (*)(Token*, void*, void*)> {
+  using type = Token;
+};
+template <auto Ctx, class Set>
+net::upcalls upcall_trampolines(const Set& u) {
+  using token = typename upcall_token<decltype(u.block)>::type;
+  net::upcalls n;
+  if (u.current == nullptr && u.block == nullptr && u.wake == nullptr) return n;
+  auto kept = std::make_shared<const Set>(u);
+  // A missing function stays null, so that set_upcalls_from refuses the partial set.
+  if (u.current != nullptr) n.current = +[](void* c) {
+    auto* k = static_cast<const Set*>(c);
+    return k->current(k->*Ctx);
+  };
+  if (u.block != nullptr) n.block = +[](net::wait_token* t, void* waiter, void* c) {
+    auto* k = static_cast<const Set*>(c);
+    k->block(reinterpret_cast<token*>(t), waiter, k->*Ctx);
+  };
+  if (u.wake != nullptr) n.wake = +[](net::wait_token* t, void* waiter, void* c) {
+    auto* k = static_cast<const Set*>(c);
+    k->wake(reinterpret_cast<token*>(t), waiter, k->*Ctx);
+  };
+  n.ctx = const_cast<Set*>(kept.get());
+  n.keep = std::move(kept);
+  return n;
+}
+
 }  // namespace mdsm::detail

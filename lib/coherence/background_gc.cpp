@@ -151,9 +151,7 @@ void engine::gc_cut(std::uint32_t epoch, const vector_time& g) {
     bg_.validations = 0;
   }
   // Every unit this rank has an entry for: bring it up to G, or drop it (see the top).
-  std::vector<std::uint32_t> drop;
-  std::vector<std::pair<std::uint32_t, std::uint32_t>> waiting;
-  std::vector<std::pair<std::uint32_t, std::vector<wanted>>> validate_here;
+  cut_plan plan;
   const std::uint32_t mine_g = g[static_cast<std::size_t>(rank_)];
   pages_.for_each([&](std::uint32_t u, page_entry& pe) {
     // This rank's own writes up to G still only in the twin get their diff now: their notices are
@@ -163,44 +161,39 @@ void engine::gc_cut(std::uint32_t epoch, const vector_time& g) {
           return n.awaiting_twin && n.first <= mine_g;
         }))
       snapshot_diff_locked(u, pe);
-    if (pe.state == page_state::unallocated) return;
-    std::vector<wanted> wants;
-    switch (cut_unit_locked(u, pe, g, wants)) {
-      case cut_step::keep: break;
-      case cut_step::wait: waiting.emplace_back(u, pe.fetch_generation); break;
-      case cut_step::drop: drop.push_back(u); break;
-      case cut_step::validate: validate_here.emplace_back(u, std::move(wants)); break;
-    }
+    if (pe.state != page_state::unallocated) plan_cut_locked(u, pe, g, plan);
   });
-  drop_for_cut(drop, g, epoch, waiting);
+  drop_for_cut(plan.drop, g, epoch, plan.waiting);
   // Active from here: fetches that finish now, and the validations (their replies come to the
   // holder of the progress lock, which is this handler's thread until it returns), count down.
   {
     std::lock_guard lk(bg_.mu);
-    bg_.waiting = std::move(waiting);
-    bg_.validations = static_cast<int>(validate_here.size());
+    bg_.waiting = std::move(plan.waiting);
+    bg_.validations = static_cast<int>(plan.validate.size());
     bg_.active = true;
   }
   bg_active_.store(true, std::memory_order_release);
-  for (auto& [u, wants] : validate_here) start_home_validation(u, std::move(wants), g);
+  for (auto& [u, wants] : plan.validate) start_home_validation(u, std::move(wants), g);
   maybe_ready();
 }
 
-engine::cut_step engine::cut_unit_locked(std::uint32_t u, page_entry& pe, const vector_time& g,
-                                         std::vector<wanted>& wants) {
+void engine::plan_cut_locked(std::uint32_t u, page_entry& pe, const vector_time& g, cut_plan& plan) {
   // A fetch under way asked for what this rank knew when it began, which may be less than G (a
   // notice up to G learned since): the unit is decided again once the fetch is over
   // (maybe_ready). Deciding it now, or not at all, lost writes: the collection forgets the
   // notices up to G, so a copy that lacked one after the fetch never fetched it (a random DRF
   // program read 0 for a word written before a barrier, under TSan).
-  if (pe.fetching) return cut_step::wait;
-  wants = wanted_locked(u, pe);
+  if (pe.fetching) {
+    plan.waiting.emplace_back(u, pe.fetch_generation);
+    return;
+  }
+  std::vector<wanted> wants = wanted_locked(u, pe);
   const bool lacks = std::any_of(wants.begin(), wants.end(), [&](const wanted& w) {
     return std::min(w.through, g[w.creator]) > w.after;
   });
   if (!lacks) {
     raise_applied_through_locked(pe, g);
-    return cut_step::keep;
+    return;
   }
   // A copy holding this rank's own writes after G is not dropped either: the home does not have
   // them yet (it has every write up to G, and G may be older than this rank's newest interval).
@@ -210,9 +203,10 @@ engine::cut_step engine::cut_unit_locked(std::uint32_t u, page_entry& pe, const 
   if ((home_of(u) == rank_ || own_after_g) && pe.state != page_state::no_copy) {
     pe.fetching = true;
     if (pe.twin) make_diff_locked(u, pe);  // this rank's own writes first
-    return cut_step::validate;
+    plan.validate.emplace_back(u, std::move(wants));
+    return;
   }
-  return cut_step::drop;
+  plan.drop.push_back(u);
 }
 
 void engine::drop_for_cut(const std::vector<std::uint32_t>& units, const vector_time& g, std::uint32_t epoch,
@@ -303,7 +297,7 @@ void engine::fetch_finished() {
 
 void engine::maybe_ready() {
   // Page locks are taken without bg_.mu held (gc_cut takes bg_.mu under a page lock).
-  std::vector<std::pair<std::uint32_t, std::vector<wanted>>> validate_here;
+  cut_plan plan;
   vector_time g;
   std::uint32_t epoch = 0;
   bool ready = false;
@@ -317,38 +311,26 @@ void engine::maybe_ready() {
       g = bg_.cut;
       epoch = bg_.epoch;
     }
-    // Units whose fetch is over are decided now, as the cut decides (cut_unit_locked); one being
-    // fetched again is waited for again (that fetch asks for everything up to G: it began after
-    // the cut).
-    std::vector<std::pair<std::uint32_t, std::uint32_t>> still;
-    std::vector<std::uint32_t> drop;
+    // Units whose fetch is over are decided now, as the cut decides them (plan_cut_locked); one
+    // being fetched again is waited for again (that fetch asks for everything up to G: it began
+    // after the cut).
     for (const auto& [u, generation] : waiting) {
       std::lock_guard pl(pages_.lock_of(u));
       page_entry& pe = pages_.at(u);
-      if (pe.fetch_generation == generation && pe.fetching) {
-        still.emplace_back(u, generation);
-        continue;
-      }
-      if (pe.state == page_state::unallocated) continue;
-      std::vector<wanted> wants;
-      switch (cut_unit_locked(u, pe, g, wants)) {
-        case cut_step::keep: break;
-        case cut_step::wait: still.emplace_back(u, pe.fetch_generation); break;
-        case cut_step::drop: drop.push_back(u); break;
-        case cut_step::validate: validate_here.emplace_back(u, std::move(wants)); break;
-      }
+      if (pe.fetch_generation == generation && pe.fetching) plan.waiting.emplace_back(u, generation);
+      else if (pe.state != page_state::unallocated) plan_cut_locked(u, pe, g, plan);
     }
-    std::sort(drop.begin(), drop.end());
-    drop_for_cut(drop, g, epoch, still);
+    std::sort(plan.drop.begin(), plan.drop.end());
+    drop_for_cut(plan.drop, g, epoch, plan.waiting);
     std::lock_guard lk(bg_.mu);
-    bg_.waiting = std::move(still);
-    bg_.validations += static_cast<int>(validate_here.size());
+    bg_.waiting = std::move(plan.waiting);
+    bg_.validations += static_cast<int>(plan.validate.size());
     if (bg_.active && bg_.validations == 0 && bg_.waiting.empty()) {
       bg_.active = false;
       ready = true;
     }
   }
-  for (auto& [u, wants] : validate_here) start_home_validation(u, std::move(wants), g);
+  for (auto& [u, wants] : plan.validate) start_home_validation(u, std::move(wants), g);
   if (!ready) return;
   bg_active_.store(false, std::memory_order_release);
   send_gc(k_coordinator, op_gc_ready, epoch, nullptr);

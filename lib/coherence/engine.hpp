@@ -305,9 +305,15 @@ class engine {
   void send_gc(int dest, std::uint32_t op, std::uint32_t epoch, const vector_time* vt);
   void on_gc_frame(const net::inbound_frame& f);
   void gc_cut(std::uint32_t epoch, const vector_time& g);
-  // What a cut does with one unit (its page lock held; not unallocated).
-  enum class cut_step { keep, wait, drop, validate };
-  cut_step cut_unit_locked(std::uint32_t u, page_entry& pe, const vector_time& g, std::vector<wanted>& wants);
+  // What a cut is to do with units (gc_cut; maybe_ready for units whose fetch ended). Kept units
+  // need nothing more.
+  struct cut_plan {
+    std::vector<std::uint32_t> drop;
+    std::vector<std::pair<std::uint32_t, std::uint32_t>> waiting;  // (unit, fetch generation)
+    std::vector<std::pair<std::uint32_t, std::vector<wanted>>> validate;
+  };
+  // Decides one unit (its page lock held; not unallocated) and files it in `plan`.
+  void plan_cut_locked(std::uint32_t u, page_entry& pe, const vector_time& g, cut_plan& plan);
   // Drops the copies of `units` (increasing) for the cut (g, epoch); a unit whose fetch began
   // meanwhile goes to `waiting` instead.
   void drop_for_cut(const std::vector<std::uint32_t>& units, const vector_time& g, std::uint32_t epoch,

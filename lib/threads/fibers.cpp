@@ -115,16 +115,30 @@ class internal::scheduler {
     f->sched = this;
     f->fn = std::move(fn);
     f->detached = detached;
+#if MDSM_TSAN
+    // TSan keeps a shadow stack of instrumented frames per TSan fiber; every frame must enter and
+    // leave under the state of the context it runs on, or a shadow stack drifts until it over- or
+    // underflows (it did: a crash at exit after the fiber tests). Making a Boost fiber jumps onto
+    // its stack and back, leaving the trampoline's frame open until the fiber ends: make it
+    // under the fiber's own state.
+    void* const spawner_tsan = __tsan_get_current_fiber();
+    f->tsan_fiber = __tsan_create_fiber(0);
+    __tsan_switch_to_fiber(f->tsan_fiber, 0);
+#endif
     try {
       f->context = ctx::fiber(std::allocator_arg, stack_source{this, f, stack_bytes},
                               [f](ctx::fiber&& from) { return f->sched->body(f, std::move(from)); });
     } catch (...) {
+#if MDSM_TSAN
+      __tsan_switch_to_fiber(spawner_tsan, 0);
+      __tsan_destroy_fiber(f->tsan_fiber);
+#endif
       f->~fiber_block();
       nc_free(mem);
       throw;
     }
 #if MDSM_TSAN
-    f->tsan_fiber = __tsan_create_fiber(0);
+    __tsan_switch_to_fiber(spawner_tsan, 0);
 #endif
     ++live_;
     ready_.push_back(f);
@@ -266,6 +280,11 @@ class internal::scheduler {
     __tsan_switch_to_fiber(f->tsan_fiber, 0);
 #endif
     f->context = std::move(f->context).resume();
+#if MDSM_TSAN
+    // An ended fiber came back through Boost's exit path, still under its own TSan state (see
+    // body()); every frame it entered has exited by now.
+    if (f->ended.load(std::memory_order_relaxed)) __tsan_switch_to_fiber(main_tsan_, 0);
+#endif
 #if MDSM_ASAN
     __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
 #endif
@@ -309,9 +328,10 @@ class internal::scheduler {
 #if MDSM_ASAN
     __sanitizer_start_switch_fiber(nullptr, main_bottom_, main_size_);
 #endif
-#if MDSM_TSAN
-    __tsan_switch_to_fiber(main_tsan_, 0);
-#endif
+    // No TSan switch here: body(), its caller frames in Boost and Boost's exit path (which frees
+    // the stack on the scheduler's stack) entered under this fiber's TSan state and must leave
+    // under it; resume() switches once the fiber is back. Switching here made each ended fiber pop
+    // those frames off the scheduler's TSan shadow stack, which underflowed (a crash at exit).
     return std::move(main_);
   }
   void finish(fiber_block* f) {

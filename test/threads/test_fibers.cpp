@@ -126,6 +126,32 @@ TEST_CASE("fibers: spawn, yield and join on one rank; exceptions reach the joine
   CHECK(sum == 199 * 200 / 2);
 }
 
+// Fibers are cheap enough to spawn by the hundred thousand, and nothing of one that ended stays
+// behind on the spawning thread or fiber. Under TSan this once failed: each fiber spawned by a
+// fiber left the thread's TSan shadow stack a frame lower until it underflowed (a crash at exit
+// after the fiber tests).
+TEST_CASE("fibers: a hundred thousand fibers spawned, ended and joined in turn", "[fibers][np1]") {
+  session s;
+  constexpr int k_fibers = 100000;
+  long sum = 0;
+  // Half spawned by the thread, half by a fiber (whose spawns end under the thread's scheduler).
+  const auto spawn_and_join = [&sum](int from, int to) {
+    for (int i = from; i < to; i += 2) {
+      fb::fiber a = fb::spawn([&sum, i] { sum += i; });
+      fb::fiber b = fb::spawn([&sum, i] {
+        fb::yield();
+        sum += i + 1;
+      });
+      fb::join(b);
+      fb::join(a);
+    }
+  };
+  spawn_and_join(0, k_fibers / 2);
+  fb::join(fb::spawn([&] { spawn_and_join(k_fibers / 2, k_fibers); }));
+  CHECK(sum == static_cast<long>(k_fibers) * (k_fibers - 1) / 2);
+  CHECK(fb::live() == 0);
+}
+
 TEST_CASE("fibers: misuse is a clear error", "[fibers][np1]") {
   session s;
   error_of(MDSM_ERR_INVALID_HANDLE, [] { fb::join(fb::fiber{}); });

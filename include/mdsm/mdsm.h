@@ -161,7 +161,8 @@ int mdsm_is_coherent(const void* ptr);
 mdsm_status mdsm_gc(void); /* collective */
 /* Global barriers collect garbage once some rank holds more metadata than this (0: never);
  * MDSM_GC_THRESHOLD if set, else the larger of 64 MiB and the bytes allocated collectively
- * (it grows with mdsm_alloc_collective) until mdsm_set_gc_threshold fixes it. */
+ * (it grows with mdsm_alloc_collective) until mdsm_set_gc_threshold fixes it. The threshold is
+ * the calling rank's: each rank compares its own metadata with its own threshold. */
 mdsm_status mdsm_gc_threshold(uint64_t* bytes);
 mdsm_status mdsm_set_gc_threshold(uint64_t bytes);
 

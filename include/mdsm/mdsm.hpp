@@ -319,8 +319,10 @@ void gc();
 // A global barrier collects garbage when some rank holds more than this many bytes of
 // consistency metadata (0: never). MDSM_GC_THRESHOLD if set; otherwise the larger of 64 MiB and
 // the bytes allocated collectively (it grows with alloc_collective: twins alone reach the data's
-// size when a program writes all of it between barriers). Once set here it stays; a program may
-// change it while it runs, on every rank alike.
+// size when a program writes all of it between barriers). Once set here it stays. The threshold
+// is this rank's: each rank compares its own metadata with its own threshold and asks for the
+// collection itself, so setting it on one rank lets that rank start collections for all; a
+// program may change it while it runs.
 std::uint64_t gc_threshold();
 void set_gc_threshold(std::uint64_t bytes);
 

@@ -224,15 +224,14 @@ int describe(context& c, MPI_Comm comm, const void* buf, int count, MPI_Datatype
   out.bytes = static_cast<std::size_t>(count) * static_cast<std::size_t>(size);
   out.contiguous = size == true_extent && (count == 1 || extent == size);
   const coherence::region_map& region = c.rt->engine->region();
-  const bool first_in = region.contains(out.lo);
-  const bool last_in = region.contains(out.lo + out.span - 1);
-  const bool covers = out.lo < region.app_base() && out.lo + out.span > region.app_base();
-  if (first_in != last_in || covers)
+  using placement_of = coherence::region_map::placement_of;
+  const placement_of where = region.where(out.lo, out.span);
+  if (where == placement_of::partly)
     return raise(comm, errc::buffer,
                  detail::cat(call, ": the buffer [", static_cast<const void*>(out.lo), ", +", out.span,
                              " bytes) lies partly inside the coherent region; a buffer must lie wholly inside it or "
                              "wholly outside it"));
-  if (!first_in) return MPI_SUCCESS;
+  if (where == placement_of::outside) return MPI_SUCCESS;
   out.coherent = true;
   bool ok = false;
   try {

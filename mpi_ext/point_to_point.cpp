@@ -50,9 +50,7 @@ mdsm::detail::runtime* fast_eligible(const void* buf, int count, MPI_Datatype ty
   if (!may_block(*rt)) return nullptr;
   const auto& region = rt->engine->region();
   const std::byte* lo = static_cast<const std::byte*>(buf);
-  if (bytes != 0 && (region.contains(lo) || region.contains(lo + bytes - 1) ||
-                     (lo < region.app_base() && lo + bytes > region.app_base())))
-    return nullptr;
+  if (bytes != 0 && region.where(lo, bytes) != mdsm::coherence::region_map::placement_of::outside) return nullptr;
   return rt;
 }
 

@@ -158,6 +158,10 @@ mdsm_status mdsm_alloc_collective(size_t bytes, void** ptr); /* collective, same
 mdsm_status mdsm_free(void* ptr);
 mdsm_status mdsm_free_collective(void* ptr);
 int mdsm_is_coherent(const void* ptr);
+/* Collective: [addr, addr + bytes), memory the program has at the same address on every rank
+ * (its globals: one object with __attribute__((aligned(4096))), whose size is then rounded up
+ * too), becomes coherent and holds rank 0's bytes; see mdsm::make_coherent in mdsm.hpp. */
+mdsm_status mdsm_make_coherent(void* addr, size_t bytes);
 mdsm_status mdsm_gc(void); /* collective */
 /* Global barriers collect garbage once some rank holds more metadata than this (0: never);
  * MDSM_GC_THRESHOLD if set, else the larger of 64 MiB and the bytes allocated collectively

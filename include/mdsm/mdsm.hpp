@@ -295,7 +295,31 @@ void* alloc_collective(std::size_t bytes);
 void free(void* p);
 // Collective counterpart of alloc_collective().
 void free_collective(void* p);
+// Whether p lies in coherent memory (the region, or a range made coherent below).
 bool is_coherent(const void* p) noexcept;
+
+// Collective: makes [addr, addr + bytes) -- memory the program already has at the same address
+// on every rank, typically its globals -- coherent like memory from alloc_collective, so a
+// program can share globals as threads do. addr and bytes must be multiples of the coherence
+// unit (a page by default): keep the shared globals in one object declared alignas(4096), which
+// rounds its size up as well (make_coherent(object) below; docs/PORTING.md). When it returns the
+// range holds the bytes rank 0 had in it (the other ranks' bytes are gone, as after a fork of
+// rank 0); rank 0 is the home of its pages, which other ranks fetch at their first access. Nothing
+// may touch the range on any rank while the call runs. The range stays coherent until finalize;
+// after it each rank's range is ordinary memory again, holding that rank's copy (current as of
+// its last acquire for the pages it read; zero elsewhere on ranks other than 0). It cannot be
+// freed. Room for all such ranges: MDSM_MAKE_COHERENT_MAX (64 MiB by default, every rank alike).
+// Errors, on every rank alike: MDSM_ERR_MISMATCH when ranks pass different ranges (a global of a
+// position-independent executable lies elsewhere in each process: link with -no-pie, or start
+// the ranks with mdsmrun --no-aslr); MDSM_ERR_INVALID_ARGUMENT for a misaligned or empty range,
+// one that overlaps mdsm's regions or an earlier range, or memory the process does not have;
+// MDSM_ERR_OUT_OF_MEMORY when the room is used up.
+void make_coherent(void* addr, std::size_t bytes);
+template <class T>
+void make_coherent(T& object) {
+  static_assert(std::is_trivially_copyable_v<T>, "coherent memory holds trivially copyable objects");
+  make_coherent(static_cast<void*>(&object), sizeof object);
+}
 
 namespace detail {
 // n * size, or an error (MDSM_ERR_OUT_OF_MEMORY, naming `what`) if that does not fit in size_t.

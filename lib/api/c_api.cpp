@@ -225,6 +225,10 @@ mdsm_status mdsm_free_collective(void* ptr) {
 
 int mdsm_is_coherent(const void* ptr) { return mdsm::is_coherent(ptr) ? 1 : 0; }
 
+mdsm_status mdsm_make_coherent(void* addr, size_t bytes) {
+  return guarded([&] { mdsm::make_coherent(addr, bytes); });
+}
+
 mdsm_status mdsm_gc(void) { return guarded([] { mdsm::gc(); }); }
 
 mdsm_status mdsm_gc_threshold(uint64_t* bytes) {

@@ -306,6 +306,19 @@ void free_collective(void* p) {
   r.update_gc_threshold();
 }
 
+void make_coherent(void* addr, std::size_t bytes) {
+  detail::runtime& r = detail::rt_blocking("make_coherent");
+  // The non-coherent region lies at one address on every rank, so every rank decides alike.
+  if (r.noncoherent && bytes != 0) {
+    const auto a = reinterpret_cast<std::uintptr_t>(addr);
+    const auto b = reinterpret_cast<std::uintptr_t>(r.noncoherent->base());
+    if (a < b + r.noncoherent->size() && b < a + bytes)
+      detail::fail(MDSM_ERR_INVALID_ARGUMENT, "make_coherent: the range [", addr, ", +", bytes,
+                   " bytes) overlaps the non-coherent region");
+  }
+  r.allocator->make_coherent(addr, bytes);
+}
+
 bool is_coherent(const void* p) noexcept {
   return detail::g_runtime && detail::g_runtime->engine->region().contains(p);
 }

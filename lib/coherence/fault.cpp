@@ -30,7 +30,7 @@ unit_start engine::initial_state(void* ctx, std::uint32_t u) {
 }
 
 void engine::protect_units(std::uint32_t first, std::uint32_t count, os::prot p) {
-  os::protect(region_.app_unit(first), std::size_t{count} * region_.unit(), p);
+  region_.app_runs(first, count, [p](std::byte* at, std::size_t bytes) { os::protect(at, bytes, p); });
   stats::add(stats::counter::protect_calls);
   stats::add(stats::counter::protect_units, count);
 }

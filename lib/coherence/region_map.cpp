@@ -5,6 +5,8 @@
 #include "net/placement.hpp"
 #include "os/vm.hpp"
 
+#include <cstdio>
+#include <cstring>
 #include <optional>
 #include <vector>
 
@@ -28,6 +30,7 @@ region_config region_config::from_env(region_config d) {
   d.push_diffs = detail::env_uint("MDSM_PUSH_DIFFS", d.push_diffs ? 1 : 0) != 0;
   d.prefetch = detail::env_uint("MDSM_PREFETCH", d.prefetch ? 1 : 0) != 0;
   d.background_gc = detail::env_uint("MDSM_BACKGROUND_GC", d.background_gc ? 1 : 0) != 0;
+  d.register_max = detail::env_size("MDSM_MAKE_COHERENT_MAX", d.register_max);
   if (d.hot_intervals > 255)
     detail::fail(MDSM_ERR_INVALID_ARGUMENT, "MDSM_HOT_UNIT_INTERVALS=", d.hot_intervals, " is above 255");
   if (auto a = detail::env_string("MDSM_COHERENT_ADDRESS")) {
@@ -63,18 +66,23 @@ region_map::region_map(MPI_Comm comm, const region_config& cfg) {
     // one unit each.
     std::size_t units = (cfg.size + unit_ - 1) / unit_;
     units = std::max<std::size_t>(units, 2 * static_cast<std::size_t>(ranks_) + 2);
-    if (units > UINT32_MAX) detail::fail(MDSM_ERR_INVALID_ARGUMENT, "too many coherence units; use a larger unit");
-    units_ = static_cast<std::uint32_t>(units);
-    size_ = std::size_t{units_} * unit_;
+    if (cfg.register_max > k_max_size)
+      detail::fail(MDSM_ERR_INVALID_ARGUMENT, "MDSM_MAKE_COHERENT_MAX=", cfg.register_max, " is above ", k_max_size);
+    const std::size_t capacity = (cfg.register_max + unit_ - 1) / unit_;
+    if (units + capacity > UINT32_MAX)
+      detail::fail(MDSM_ERR_INVALID_ARGUMENT, "too many coherence units; use a larger unit");
+    main_units_ = static_cast<std::uint32_t>(units);
+    units_ = static_cast<std::uint32_t>(units + capacity);
+    size_ = std::size_t{main_units_} * unit_;
     const auto ranks = static_cast<std::uint32_t>(ranks_);
-    collective_units_ = std::max<std::uint32_t>(1, units_ / 8);
-    arena_units_ = std::max<std::uint32_t>(1, units_ / 8 / ranks);
+    collective_units_ = std::max<std::uint32_t>(1, main_units_ / 8);
+    arena_units_ = std::max<std::uint32_t>(1, main_units_ / 8 / ranks);
     pool_begin_ = collective_units_ + ranks * arena_units_;
     // About k_chunks chunks: claims are rare (a claim costs a round trip per rank), and a
     // chunk is small next to the pool, so a rank that claims one wastes little of it.
     constexpr std::uint32_t k_chunks = 4096;
-    chunk_units_ = std::max<std::uint32_t>(1, (units_ - pool_begin_ + k_chunks - 1) / k_chunks);
-    const std::uint32_t chunks = (units_ - pool_begin_ + chunk_units_ - 1) / chunk_units_;
+    chunk_units_ = std::max<std::uint32_t>(1, (main_units_ - pool_begin_ + k_chunks - 1) / k_chunks);
+    const std::uint32_t chunks = (main_units_ - pool_begin_ + chunk_units_ - 1) / chunk_units_;
     chunk_owner_ = std::make_unique<std::atomic<int>[]>(chunks);
     for (std::uint32_t c = 0; c < chunks; ++c) chunk_owner_[c].store(k_unclaimed, std::memory_order_relaxed);
   } catch (const error& e) {
@@ -86,14 +94,19 @@ region_map::region_map(MPI_Comm comm, const region_config& cfg) {
   if (any_bad) detail::fail(MDSM_ERR_MISMATCH, "another rank rejected the coherent region settings (see its message)");
 
   // Every rank must describe the same region, or addresses would mean different things.
-  unsigned long long mine[2] = {size_, unit_}, lo[2], hi[2];
-  mpi_ok(PMPI_Allreduce(mine, lo, 2, MPI_UNSIGNED_LONG_LONG, MPI_MIN, comm), "MPI_Allreduce");
-  mpi_ok(PMPI_Allreduce(mine, hi, 2, MPI_UNSIGNED_LONG_LONG, MPI_MAX, comm), "MPI_Allreduce");
+  unsigned long long mine[3] = {size_, unit_, units_}, lo[3], hi[3];
+  mpi_ok(PMPI_Allreduce(mine, lo, 3, MPI_UNSIGNED_LONG_LONG, MPI_MIN, comm), "MPI_Allreduce");
+  mpi_ok(PMPI_Allreduce(mine, hi, 3, MPI_UNSIGNED_LONG_LONG, MPI_MAX, comm), "MPI_Allreduce");
   if (lo[0] != hi[0] || lo[1] != hi[1])
     detail::fail(MDSM_ERR_MISMATCH, "ranks asked for different coherent regions (sizes ", lo[0], "..", hi[0],
                  ", units ", lo[1], "..", hi[1], "); set MDSM_COHERENT_SIZE the same everywhere");
+  if (lo[2] != hi[2])
+    detail::fail(MDSM_ERR_MISMATCH, "ranks asked for different room for make_coherent; set MDSM_MAKE_COHERENT_MAX the ",
+                 "same everywhere");
 
-  fd_ = os::create_backing(size_, "mdsm-coherent");
+  // The backing and the library view cover the registration capacity too (reserved, not
+  // committed); the application view only the region's own units.
+  fd_ = os::create_backing(std::size_t{units_} * unit_, "mdsm-coherent");
   net::placement at;
   try {
     at = net::place_collectively(
@@ -111,8 +124,94 @@ region_map::region_map(MPI_Comm comm, const region_config& cfg) {
     throw;
   }
   app_ = at.base;
-  lib_ = static_cast<std::byte*>(os::map_anywhere(size_, fd_));
+  lib_ = static_cast<std::byte*>(os::map_anywhere(std::size_t{units_} * unit_, fd_));
   placement_ = std::move(at.description);
+}
+
+auto region_map::where(const void* p, std::size_t len) const noexcept -> placement_of {
+  if (len == 0) return contains(p) ? placement_of::inside : placement_of::outside;
+  const std::uintptr_t a = addr(p), e = a + len;
+  const auto overlaps = [&](const std::byte* base, std::size_t bytes) {
+    return a < addr(base) + bytes && addr(base) < e;
+  };
+  const auto within = [&](const std::byte* base, std::size_t bytes) {
+    return a >= addr(base) && e <= addr(base) + bytes && e >= a;
+  };
+  if (within(app_, size_)) return placement_of::inside;
+  bool touched = overlaps(app_, size_);
+  const int n = segment_count_.load(std::memory_order_acquire);
+  for (int i = 0; i < n; ++i) {
+    const std::size_t bytes = std::size_t{segments_[i].count} * unit_;
+    if (within(segments_[i].app, bytes)) return placement_of::inside;
+    touched = touched || overlaps(segments_[i].app, bytes);
+  }
+  return touched ? placement_of::partly : placement_of::outside;
+}
+
+auto region_map::segment_for(std::uint32_t u) const noexcept -> const segment* {
+  const int n = segment_count_.load(std::memory_order_acquire);
+  for (int i = 0; i < n; ++i)
+    if (u - segments_[i].first < segments_[i].count) return &segments_[i];
+  // A protection or address asked for a unit of the capacity nobody registered: only a bug in
+  // mdsm gets here, and going on would touch memory that is not the region's.
+  detail::die("mdsm: internal error: a unit of the make_coherent capacity that no registration holds");
+}
+
+std::uint32_t region_map::segment_end(std::uint32_t u) const noexcept {
+  const segment* s = segment_for(u);
+  return s->first + s->count;
+}
+
+mdsm_status region_map::check_register(const void* addr_p, std::size_t bytes, std::string& why) const {
+  const std::uintptr_t a = addr(addr_p);
+  if (addr_p == nullptr || bytes == 0) {
+    why = detail::cat("make_coherent: an empty range (", addr_p, ", ", bytes, " bytes)");
+    return MDSM_ERR_INVALID_ARGUMENT;
+  }
+  if (a % unit_ != 0 || bytes % unit_ != 0) {
+    why = detail::cat("make_coherent: the range [", addr_p, ", +", bytes, " bytes) must start and end on a coherence ",
+                      "unit boundary (", unit_, " bytes); align the object with alignas(", unit_,
+                      ") so that its size is a multiple of it too");
+    return MDSM_ERR_INVALID_ARGUMENT;
+  }
+  if (a + bytes < a || a + bytes > os::address_space_end()) {
+    why = detail::cat("make_coherent: the range [", addr_p, ", +", bytes, " bytes) runs past the address space");
+    return MDSM_ERR_INVALID_ARGUMENT;
+  }
+  if (where(addr_p, bytes) != placement_of::outside ||
+      (a < addr(lib_) + std::size_t{units_} * unit_ && addr(lib_) < a + bytes)) {
+    why = detail::cat("make_coherent: the range [", addr_p, ", +", bytes,
+                      " bytes) overlaps the coherent region or a range registered before");
+    return MDSM_ERR_INVALID_ARGUMENT;
+  }
+  if (segment_count_.load(std::memory_order_relaxed) == k_segments_max) {
+    why = detail::cat("make_coherent: at most ", k_segments_max, " ranges can be registered; put the shared globals ",
+                      "in fewer objects");
+    return MDSM_ERR_OUT_OF_MEMORY;
+  }
+  const std::size_t free_bytes = std::size_t{units_ - registered_end()} * unit_;
+  if (bytes > free_bytes) {
+    why = detail::cat("make_coherent: ", bytes, " bytes do not fit in the ", free_bytes,
+                      " bytes left for registered ranges; set MDSM_MAKE_COHERENT_MAX (now ",
+                      std::size_t{units_ - main_units_} * unit_, ") higher on every rank");
+    return MDSM_ERR_OUT_OF_MEMORY;
+  }
+  if (!os::is_mapped(addr_p, bytes)) {
+    why = detail::cat("make_coherent: [", addr_p, ", +", bytes, " bytes) is not all memory of this process");
+    return MDSM_ERR_INVALID_ARGUMENT;
+  }
+  return MDSM_SUCCESS;
+}
+
+std::uint32_t region_map::register_range(void* addr_p, std::size_t bytes, bool keep_bytes) {
+  const int n = segment_count_.load(std::memory_order_relaxed);
+  const std::uint32_t first = registered_end();
+  const auto count = static_cast<std::uint32_t>(bytes / unit_);
+  if (keep_bytes) std::memcpy(lib_unit(first), addr_p, bytes);
+  os::map_shared_over(addr_p, bytes, fd_, std::size_t{first} * unit_, os::prot::none);
+  segments_[n] = segment{static_cast<std::byte*>(addr_p), first, count};
+  segment_count_.store(n + 1, std::memory_order_release);
+  return first;
 }
 
 void region_map::set_chunk_owner(std::uint32_t first, std::uint32_t count, int owner) noexcept {
@@ -121,7 +220,19 @@ void region_map::set_chunk_owner(std::uint32_t first, std::uint32_t count, int o
 }
 
 region_map::~region_map() {
-  os::unmap(lib_, size_);
+  // A registered range is the program's own memory (its globals), which it may use after
+  // finalize: it becomes private memory again holding this rank's copy.
+  for (int i = 0; i < segment_count_.load(std::memory_order_acquire); ++i) {
+    const segment& s = segments_[i];
+    const std::size_t bytes = std::size_t{s.count} * unit_;
+    try {
+      os::map_private_over(s.app, bytes);
+      std::memcpy(s.app, lib_unit(s.first), bytes);
+    } catch (const error& e) {
+      std::fprintf(stderr, "mdsm: %s\n", e.what());
+    }
+  }
+  os::unmap(lib_, std::size_t{units_} * unit_);
   os::unmap(app_, size_);
   os::close_backing(fd_);
 }

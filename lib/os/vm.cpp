@@ -3,7 +3,9 @@
 #include "common/check.hpp"
 #include "os/topology.hpp"
 
+#include <algorithm>
 #include <cerrno>
+#include <cstddef>
 #include <cstring>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -79,6 +81,28 @@ void* map_anywhere(std::size_t len, int fd) {
   void* got = ::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0);
   if (got == MAP_FAILED) detail::fail(MDSM_ERR_OS, "mmap of ", len, " bytes failed: ", std::strerror(errno));
   return got;
+}
+
+void map_shared_over(void* addr, std::size_t len, int fd, std::size_t offset, prot p) {
+  void* got = ::mmap(addr, len, to_native(p), MAP_SHARED | MAP_FIXED | MAP_NORESERVE, fd, static_cast<off_t>(offset));
+  if (got == MAP_FAILED) detail::fail(MDSM_ERR_OS, "mmap over ", addr, " (", len, " bytes) failed: ", std::strerror(errno));
+}
+
+void map_private_over(void* addr, std::size_t len) {
+  void* got = ::mmap(addr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+  if (got == MAP_FAILED) detail::fail(MDSM_ERR_OS, "mmap over ", addr, " (", len, " bytes) failed: ", std::strerror(errno));
+}
+
+bool is_mapped(const void* addr, std::size_t len) {
+  // mincore fails with ENOMEM on any page of the range that is not mapped; a vector entry per
+  // page, in slices so that a large range needs no large vector.
+  const std::size_t page = page_size();
+  unsigned char v[256];
+  for (std::size_t off = 0; off < len; off += sizeof v * page) {
+    const std::size_t n = std::min(len - off, sizeof v * page);
+    if (::mincore(const_cast<std::byte*>(static_cast<const std::byte*>(addr) + off), n, v) != 0) return false;
+  }
+  return true;
 }
 
 void* propose_address(std::size_t len) {

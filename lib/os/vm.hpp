@@ -39,6 +39,18 @@ bool map_private_fixed_noreplace(void* addr, std::size_t len);
 // Maps `len` bytes of `fd` read-write wherever the kernel chooses. Throws on failure.
 void* map_anywhere(std::size_t len, int fd);
 
+// Replaces the program's own memory at [addr, addr + len) (its globals, say: make_coherent) by
+// `len` bytes of `fd` from `offset`, with protection `p`; what was there is gone. Throws on
+// failure. Pre: addr, len and offset are multiples of page_size().
+void map_shared_over(void* addr, std::size_t len, int fd, std::size_t offset, prot p);
+
+// Replaces [addr, addr + len) by private anonymous read-write memory (zeros) again, as the
+// program's memory was before map_shared_over. Throws on failure. Pre: as map_shared_over.
+void map_private_over(void* addr, std::size_t len);
+
+// Whether every page of [addr, addr + len) is mapped (mincore). Pre: addr is page aligned.
+bool is_mapped(const void* addr, std::size_t len);
+
 // An address where the kernel would place a fresh `len`-byte mapping now (probe, then unmap).
 void* propose_address(std::size_t len);
 

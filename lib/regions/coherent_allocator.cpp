@@ -100,8 +100,10 @@ coherent_allocator::coherent_allocator(coherence::engine& e, messages::endpoint&
     if (notice.owner < 0 || notice.owner >= engine_.size()) return;
     auto* first = reinterpret_cast<void*>(notice.addr);
     if (!region_.contains(first) || notice.bytes == 0) return;
-    region_.set_chunk_owner(region_.unit_of(first), static_cast<std::uint32_t>(notice.bytes / region_.unit()),
-                            notice.owner);
+    const std::uint32_t u = region_.unit_of(first);
+    const std::uint64_t units = notice.bytes / region_.unit();
+    if (u < region_.pool_begin() || u >= region_.main_units() || units == 0 || units > region_.main_units() - u) return;
+    region_.set_chunk_owner(u, static_cast<std::uint32_t>(units), notice.owner);
     const std::uint64_t ticket = notice.ticket;
     endpoint_.send(notice.owner, claim_ack_, std::as_bytes(std::span(&ticket, 1)), annotation::none);
   });
@@ -299,8 +301,41 @@ mdsm_status coherent_allocator::free_own(std::uintptr_t addr, std::string& why) 
   return MDSM_SUCCESS;
 }
 
+void coherent_allocator::make_coherent(void* addr, std::size_t bytes) {
+  net::transport& t = endpoint_.transport();
+  net::progress& p = endpoint_.progress();
+  try {
+    check_same_everywhere(t, p, addr_of(addr), "make_coherent (the range's address)");
+  } catch (const error& e) {
+    if (e.code() != MDSM_ERR_MISMATCH) throw;
+    detail::fail(MDSM_ERR_MISMATCH, "make_coherent: ranks passed different addresses for ", addr,
+                 " (a global of a position-independent executable lies at a different address in every process: ",
+                 "link the program with -no-pie, or run it under mdsmrun --no-aslr)");
+  }
+  check_same_everywhere(t, p, bytes, "make_coherent (the range's size)");
+  std::string why;
+  const mdsm_status st = region_.check_register(addr, bytes, why);
+  check_same_everywhere(t, p, static_cast<std::uint64_t>(st), "make_coherent (the outcome of the range's checks)");
+  if (st != MDSM_SUCCESS) detail::fail(st, why);
+  const bool home = engine_.rank() == 0;
+  std::uint32_t first = 0;
+  {
+    std::lock_guard lk(mutex_);
+    first = region_.register_range(addr, bytes, home);
+  }
+  // Rank 0's copy is valid (opened like a fresh allocation's); the others' units start without a
+  // copy (region_map::arena_owner says rank 0's), so their first access fetches rank 0's bytes,
+  // which are in place before any rank passes the agreement below.
+  if (home) engine_.units_allocated(first, static_cast<std::uint32_t>(bytes / region_.unit()));
+  check_same_everywhere(t, p, first, "make_coherent (rank 0's copy in place)");
+}
+
 void coherent_allocator::free(void* p) {
   if (p == nullptr) return;
+  if (region_.registered(p))
+    detail::fail(MDSM_ERR_INVALID_ARGUMENT, "free: ", p,
+                 " lies in a range registered with make_coherent; it is not an allocation (it stays coherent until "
+                 "finalize)");
   if (!region_.contains(p)) detail::fail(MDSM_ERR_NOT_IN_REGION, "free: ", p, " is not in the coherent region");
   const int owner = region_.arena_owner(region_.unit_of(p));
   if (owner == coherence::region_map::k_collective)
@@ -335,6 +370,10 @@ std::uint64_t coherent_allocator::collective_bytes() {
 void coherent_allocator::free_collective(void* p) {
   check_same_everywhere(endpoint_.transport(), endpoint_.progress(), addr_of(p), "free_collective");
   if (p == nullptr) return;
+  if (region_.registered(p))
+    detail::fail(MDSM_ERR_INVALID_ARGUMENT, "free_collective: ", p,
+                 " lies in a range registered with make_coherent; it is not an allocation (it stays coherent until "
+                 "finalize)");
   if (!region_.contains(p)) detail::fail(MDSM_ERR_NOT_IN_REGION, "free_collective: ", p, " is not in the coherent region");
   const int owner = region_.arena_owner(region_.unit_of(p));
   if (owner >= 0)

@@ -4,6 +4,7 @@
 //   alloc_collective every rank runs the same deterministic allocation in the collective arena
 //   free             any rank; a pointer into another rank's arena is freed by its owner (a
 //                    REQUEST round trip, so the caller learns whether it was valid)
+//   make_coherent    collective: memory the program has (its globals) joins the region
 //
 // Both kinds of arena grow into the pool (region_map.hpp) when an allocation does not fit: rank 0
 // keeps the pool's free chunks and grants runs of them. A rank's claim: a REQUEST to rank 0, which
@@ -44,6 +45,11 @@ class coherent_allocator {
   void free_collective(void* p);
   // Bytes of the collective arena in use (allocations and their alignment padding).
   std::uint64_t collective_bytes();
+  // Collective: [addr, addr + bytes), memory every rank has at that address (its globals), joins
+  // the coherent region holding rank 0's bytes (region_map::register_range). Rank 0 keeps a valid
+  // copy and is the units' home; every other rank fetches a unit at its first access. Every rank
+  // returns once rank 0's copy is in place.
+  void make_coherent(void* addr, std::size_t bytes);
 
  private:
   std::size_t alignment_for(std::size_t bytes) const;

@@ -154,16 +154,14 @@ void one_sided::check_local(const void* p, std::size_t n, const char* what) cons
   if (n == 0) return;
   const char* h = net::current_handler();
   if (h == nullptr) return;
-  const auto a = addr_of(p), b = addr_of(coherent_.app_base());
-  if (a < b + coherent_.size() && b < a + n)
+  if (coherent_.where(p, n) != coherence::region_map::placement_of::outside)
     detail::fail(MDSM_ERR_HANDLER_CONTEXT, what, " from message handler '", h,
                  "': its local buffer lies in the coherent region, which handlers must not touch; use private or "
                  "non-coherent memory there (or issue it from an application thread)");
 }
 
 bool one_sided::coherent_overlap(const void* p, std::size_t n) const noexcept {
-  const auto a = addr_of(p), c = addr_of(coherent_.app_base());
-  return n != 0 && a < c + coherent_.size() && c < a + n;
+  return n != 0 && coherent_.where(p, n) != coherence::region_map::placement_of::outside;
 }
 
 // ---- bodies --------------------------------------------------------------------------------------

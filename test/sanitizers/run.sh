@@ -43,7 +43,7 @@ setup() {  # dir, "targets...", meson options...
 export OMPI_MCA_mca_base_component_disable_dlclose=1 PMIX_MCA_mca_base_component_disable_dlclose=1
 
 echo "=== sanitizers 1/3: ASan+UBSan ($asan)"
-setup "$asan" "test/unit_tests test/mpi_tests examples/demo examples/hello_c \
+setup "$asan" "test/unit_tests test/mpi_tests test/globals_tests examples/demo examples/hello_c \
   test/misuse_process test/fault_helper $(for t in frame cinfo protocol diff; do echo test/fuzz/fuzz_$t test/fuzz/fuzz_${t}_replay; done)" \
   -Db_sanitize=address,undefined -Db_lundef=false -Dfuzz=true
 # handle_segv=1 + allow_user_segv_handler=1: mdsm installs its SIGSEGV handler after ASan's (the
@@ -59,7 +59,7 @@ export LSAN_OPTIONS="suppressions=$here/lsan.supp:print_suppressions=0"
 # names them all and lsan.supp then suppresses every one (the unit tests and the demo come out
 # clean), but it makes every allocation several times slower: the 2-rank demo took 3 minutes.
 # The decoders, where a leak would come from input, are leak-checked below and by the fuzzers.
-mpi_tests=(unit "mpi 2 ranks" "mpi 3 ranks" "demo 2 ranks" "hello_c 2 ranks" "misuse that ends a process"
+mpi_tests=(unit "mpi 2 ranks" "mpi 3 ranks" "make_coherent 3 ranks" "demo 2 ranks" "hello_c 2 ranks" "misuse that ends a process"
   "unallocated access (unallocated)" "unallocated access (freed)" install)
 echo "runs, without leak detection (MPI; see the comment in run.sh): ${mpi_tests[*]}"
 echo "skips: 'mpi 4 ranks', 'demo 3/4 ranks' (4 sanitized ranks on 2 cores cost minutes and add no code path"
@@ -74,7 +74,7 @@ echo "=== sanitizers 2/3: fuzzing, $fuzz_seconds s per target ($asan)"
 ASAN_OPTIONS="$asan_common:detect_leaks=1" "$src/test/fuzz/run_fuzz.sh" "$asan" "$fuzz_seconds"
 
 echo "=== sanitizers 3/3: TSan ($tsan)"
-setup "$tsan" "test/unit_tests test/mpi_tests" -Db_sanitize=thread -Db_lundef=false
+setup "$tsan" "test/unit_tests test/mpi_tests test/globals_tests" -Db_sanitize=thread -Db_lundef=false
 # report_signal_unsafe=0: the fault handler runs the DSM protocol (allocation, MPI) inside the
 # SIGSEGV of a synchronous fault on the coherent region, on purpose (docs/COHERENCE.md); TSan
 # would flag every such call as async-signal-unsafe. Races are not affected.
@@ -83,7 +83,7 @@ setup "$tsan" "test/unit_tests test/mpi_tests" -Db_sanitize=thread -Db_lundef=fa
 # page locks of a whole run of units, up to 1024 (coherence/protection_batch.hpp explains why its
 # order cannot deadlock). Data races are still detected.
 export TSAN_OPTIONS="suppressions=$here/tsan.supp:report_signal_unsafe=0:detect_deadlocks=0:halt_on_error=1"
-tsan_tests=(unit "mpi 2 ranks" "mpi 3 ranks")
+tsan_tests=(unit "mpi 2 ranks" "mpi 3 ranks" "make_coherent 3 ranks")
 echo "runs: ${tsan_tests[*]}"
 echo "skips: 'mpi 4 ranks' (time), the process-ending and install checks (ASan covers them), fuzz inputs (single-threaded)"
 meson test -C "$tsan" --no-rebuild --num-processes 1 --print-errorlogs "${tsan_tests[@]}"

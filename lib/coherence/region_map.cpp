@@ -128,7 +128,7 @@ region_map::region_map(MPI_Comm comm, const region_config& cfg) {
   placement_ = std::move(at.description);
 }
 
-auto region_map::where(const void* p, std::size_t len) const noexcept -> placement_of {
+auto region_map::where_registered(const void* p, std::size_t len) const noexcept -> placement_of {
   if (len == 0) return contains(p) ? placement_of::inside : placement_of::outside;
   const std::uintptr_t a = addr(p), e = a + len;
   const auto overlaps = [&](const std::byte* base, std::size_t bytes) {

@@ -121,7 +121,15 @@ class region_map {
   // Where [p, p + len) lies: outside the region and every registered range, wholly inside one of
   // them, or partly inside (which callers refuse).
   enum class placement_of { outside, inside, partly };
-  placement_of where(const void* p, std::size_t len) const noexcept;
+  placement_of where(const void* p, std::size_t len) const noexcept {
+    // Inline while nothing is registered: the MPI calls ask this of every buffer.
+    if (segment_count_.load(std::memory_order_acquire) != 0) [[unlikely]]
+      return where_registered(p, len);
+    if (len == 0) return in_main(p) ? placement_of::inside : placement_of::outside;
+    const std::uintptr_t a = addr(p), e = a + len, b = addr(app_);
+    if (a >= b && e <= b + size_ && e >= a) return placement_of::inside;
+    return a < b + size_ && b < e ? placement_of::partly : placement_of::outside;
+  }
 
   // make_coherent's checks, without side effects: MDSM_SUCCESS, or a status and `why`.
   mdsm_status check_register(const void* addr, std::size_t bytes, std::string& why) const;
@@ -180,6 +188,7 @@ class region_map {
       if (addr(p) - addr(segments_[i].app) < std::size_t{segments_[i].count} * unit_) return &segments_[i];
     return nullptr;
   }
+  placement_of where_registered(const void* p, std::size_t len) const noexcept;
   const segment* segment_for(std::uint32_t u) const noexcept;
   // The unit after the last registered one (main_units_ when none is).
   std::uint32_t registered_end() const noexcept {

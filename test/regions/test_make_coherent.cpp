@@ -5,6 +5,7 @@
 #include "support/session.hpp"
 
 #include <mdsm/mdsm.h>
+#include <mdsm/mdsm_mpi.h>
 #include <mdsm/noncoherent.hpp>
 
 #include <sys/mman.h>
@@ -38,6 +39,7 @@ shared_globals g;        // in .bss, like a C program's globals
 one_page g_kept;         // registered in two sessions one after the other
 one_page g_limits[3];    // for the misuse cases
 one_page g_mismatch[2];  // ranks pass different pages of it
+one_page g_mpi;          // buffers of annotated MPI calls
 
 }  // namespace
 
@@ -208,4 +210,42 @@ TEST_CASE("make_coherent: ranks passing different addresses get MDSM_ERR_MISMATC
   CHECK(g_mismatch[0].words[0] == 3);
   mdsm::barrier bar;
   bar.arrive_and_wait();
+}
+
+TEST_CASE("make_coherent: MPI buffers in a registered range are made safe; one past its end is refused",
+          "[make_coherent][np2+]") {
+  session s;
+  const int me = world_rank();
+  if (me == 0)
+    for (int i = 0; i < 8; ++i) g_mpi.words[i] = 10 + i;
+  mdsm::make_coherent(g_mpi);
+  if (me == 0) {
+    // A send from the range: a RELEASE, so rank 1 also sees the write that is not in the message.
+    g_mpi.words[8] = 99;
+    g_mpi.words[300] = 77;
+    REQUIRE(MDSM_Send(&g_mpi.words[0], 9, MPI_LONG, 1, 5, MPI_COMM_WORLD, MDSM_RELEASE) == MPI_SUCCESS);
+    // A receive into the range: MPI's writes are ordinary writes with write notices.
+    REQUIRE(MDSM_Recv(&g_mpi.words[100], 4, MPI_LONG, 1, 6, MPI_COMM_WORLD, MPI_STATUS_IGNORE) == MPI_SUCCESS);
+    for (int i = 0; i < 4; ++i) CHECK(g_mpi.words[100 + i] == 500 + i);
+  } else if (me == 1) {
+    long got[9] = {};
+    REQUIRE(MDSM_Recv(got, 9, MPI_LONG, 0, 5, MPI_COMM_WORLD, MPI_STATUS_IGNORE) == MPI_SUCCESS);
+    for (int i = 0; i < 8; ++i) CHECK(got[i] == 10 + i);
+    CHECK(got[8] == 99);
+    CHECK(g_mpi.words[300] == 77);
+    const long mine[4] = {500, 501, 502, 503};
+    REQUIRE(MDSM_Send(mine, 4, MPI_LONG, 0, 6, MPI_COMM_WORLD, MDSM_RELEASE) == MPI_SUCCESS);
+  }
+  // A buffer from the range's last word on is partly inside: refused, with MPI_ERRORS_RETURN.
+  MPI_Comm comm;
+  MPI_Comm_dup(MPI_COMM_WORLD, &comm);
+  MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
+  if (me == 0) {
+    CHECK(MDSM_Send(&g_mpi.words[511], 2, MPI_LONG, 1, 7, comm, MDSM_RELEASE) != MPI_SUCCESS);
+    CHECK(contains(mdsm_last_error(), "partly inside the coherent region"));
+  }
+  MPI_Comm_free(&comm);
+  mdsm::barrier bar;
+  bar.arrive_and_wait();
+  if (me == 1) CHECK(g_mpi.words[101] == 501);
 }

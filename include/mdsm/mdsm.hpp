@@ -298,22 +298,14 @@ void free_collective(void* p);
 // Whether p lies in coherent memory (the region, or a range made coherent below).
 bool is_coherent(const void* p) noexcept;
 
-// Collective: makes [addr, addr + bytes) -- memory the program already has at the same address
-// on every rank, typically its globals -- coherent like memory from alloc_collective, so a
-// program can share globals as threads do. addr and bytes must be multiples of the coherence
-// unit (a page by default): keep the shared globals in one object declared alignas(4096), which
-// rounds its size up as well (make_coherent(object) below; docs/PORTING.md). When it returns the
-// range holds the bytes rank 0 had in it (the other ranks' bytes are gone, as after a fork of
-// rank 0); rank 0 is the home of its pages, which other ranks fetch at their first access. Nothing
-// may touch the range on any rank while the call runs. The range stays coherent until finalize;
-// after it each rank's range is ordinary memory again, holding that rank's copy (current as of
-// its last acquire for the pages it read; zero elsewhere on ranks other than 0). It cannot be
-// freed. Room for all such ranges: MDSM_MAKE_COHERENT_MAX (64 MiB by default, every rank alike).
-// Errors, on every rank alike: MDSM_ERR_MISMATCH when ranks pass different ranges (a global of a
-// position-independent executable lies elsewhere in each process: link with -no-pie, or start
-// the ranks with mdsmrun --no-aslr); MDSM_ERR_INVALID_ARGUMENT for a misaligned or empty range,
-// one that overlaps mdsm's regions or an earlier range, or memory the process does not have;
-// MDSM_ERR_OUT_OF_MEMORY when the room is used up.
+// Collective: [addr, addr + bytes), memory the program has at the same address on every rank
+// (its globals, in one alignas(4096) object: docs/PORTING.md), becomes coherent in place and
+// holds rank 0's bytes; the others fetch pages from rank 0 at first access. Unit aligned; not to
+// be touched while the call runs; never freed; private again (each rank's copy) after finalize.
+// Room: MDSM_MAKE_COHERENT_MAX (64 MiB). Errors, on every rank alike: MDSM_ERR_MISMATCH (ranks
+// passed different ranges: link with -no-pie or use mdsmrun --no-aslr), MDSM_ERR_INVALID_ARGUMENT
+// (misaligned, empty, overlapping mdsm's regions or an earlier range, not mapped),
+// MDSM_ERR_OUT_OF_MEMORY (no room left).
 void make_coherent(void* addr, std::size_t bytes);
 template <class T>
 void make_coherent(T& object) {

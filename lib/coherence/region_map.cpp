@@ -131,21 +131,13 @@ region_map::region_map(MPI_Comm comm, const region_config& cfg) {
 auto region_map::where_registered(const void* p, std::size_t len) const noexcept -> placement_of {
   if (len == 0) return contains(p) ? placement_of::inside : placement_of::outside;
   const std::uintptr_t a = addr(p), e = a + len;
-  const auto overlaps = [&](const std::byte* base, std::size_t bytes) {
-    return a < addr(base) + bytes && addr(base) < e;
-  };
-  const auto within = [&](const std::byte* base, std::size_t bytes) {
-    return a >= addr(base) && e <= addr(base) + bytes && e >= a;
-  };
-  if (within(app_, size_)) return placement_of::inside;
-  bool touched = overlaps(app_, size_);
+  placement_of so_far = relative(a, e, app_, size_);
   const int n = segment_count_.load(std::memory_order_acquire);
-  for (int i = 0; i < n; ++i) {
-    const std::size_t bytes = std::size_t{segments_[i].count} * unit_;
-    if (within(segments_[i].app, bytes)) return placement_of::inside;
-    touched = touched || overlaps(segments_[i].app, bytes);
+  for (int i = 0; i < n && so_far != placement_of::inside; ++i) {
+    const placement_of here = relative(a, e, segments_[i].app, std::size_t{segments_[i].count} * unit_);
+    if (here != placement_of::outside) so_far = here;
   }
-  return touched ? placement_of::partly : placement_of::outside;
+  return so_far;
 }
 
 auto region_map::segment_for(std::uint32_t u) const noexcept -> const segment* {

@@ -126,9 +126,7 @@ class region_map {
     if (segment_count_.load(std::memory_order_acquire) != 0) [[unlikely]]
       return where_registered(p, len);
     if (len == 0) return in_main(p) ? placement_of::inside : placement_of::outside;
-    const std::uintptr_t a = addr(p), e = a + len, b = addr(app_);
-    if (a >= b && e <= b + size_ && e >= a) return placement_of::inside;
-    return a < b + size_ && b < e ? placement_of::partly : placement_of::outside;
+    return relative(addr(p), addr(p) + len, app_, size_);
   }
 
   // make_coherent's checks, without side effects: MDSM_SUCCESS, or a status and `why`.
@@ -188,6 +186,13 @@ class region_map {
       if (addr(p) - addr(segments_[i].app) < std::size_t{segments_[i].count} * unit_) return &segments_[i];
     return nullptr;
   }
+  // Where [a, e) (a < e) lies relative to [base, base + bytes).
+  static placement_of relative(std::uintptr_t a, std::uintptr_t e, const std::byte* base, std::size_t bytes) noexcept {
+    const std::uintptr_t b = addr(base);
+    if (a >= b && e <= b + bytes && e >= a) return placement_of::inside;
+    return a < b + bytes && b < e ? placement_of::partly : placement_of::outside;
+  }
+  // where() once ranges are registered.
   placement_of where_registered(const void* p, std::size_t len) const noexcept;
   const segment* segment_for(std::uint32_t u) const noexcept;
   // The unit after the last registered one (main_units_ when none is).

@@ -195,6 +195,20 @@ class engine {
   // The caller then takes write access away (the next write must fault to be seen).
   void end_hot_locked(std::uint32_t u, page_entry& pe);
   void set_prot_locked(std::uint32_t u, page_entry& pe, os::prot p);
+  // Private units: a unit no other rank holds a copy of can have its writes read nowhere else,
+  // so at its home it is plain read-write memory (no write fault, twin, notice or diff). That is
+  // every unit of a rank alone, and a unit of this rank's own allocations (its arena, its pool
+  // runs, registered ranges at rank 0: other ranks start without a copy of those) until a copy of
+  // it is served (page_entry::copied_out). owns_privately: the unit is of that kind at all.
+  bool owns_privately(std::uint32_t u) const noexcept { return size_ == 1 || region_.arena_owner(u) == rank_; }
+  bool private_locked(std::uint32_t u, const page_entry& pe) const noexcept {
+    return !pe.copied_out && owns_privately(u);
+  }
+  // A copy of u is about to be served: it is private no more. A private valid unit is
+  // write-protected (before its bytes are read, so that a racing write lands in the copy or
+  // faults and is recorded the ordinary way, with a twin made after the copy) and its writes
+  // from then on make notices. Returns the protection the unit needs (for a protection_batch).
+  os::prot end_private_locked(std::uint32_t u, page_entry& pe);
   // Changes pe.state, keeping notices_' valid bit in step.
   void set_state_locked(std::uint32_t u, page_entry& pe, page_state s);
   // What unit u lacks, per creator (page lock held).

@@ -21,9 +21,11 @@ unit_start engine::initial_state(void* ctx, std::uint32_t u) {
   auto* self = static_cast<engine*>(ctx);
   {
     // An allocated unit whose entry was never made (units_allocated leaves untouched chunks
-    // alone) is a valid zero copy: its valid bit is set and the application view open.
+    // alone) is a valid zero copy: its valid bit is set and the application view open. Without
+    // an entry no copy of it was served, so one this rank owns is private (read-write).
     std::lock_guard lk(self->notices_.mutex());
-    if (self->notices_.valid(u)) return {page_state::valid, self->size_ == 1 ? os::prot::read_write : os::prot::read};
+    if (self->notices_.valid(u))
+      return {page_state::valid, self->owns_privately(u) ? os::prot::read_write : os::prot::read};
   }
   const int owner = self->region_.arena_owner(u);
   return {owner >= 0 && owner != self->rank_ ? page_state::no_copy : page_state::unallocated, os::prot::none};
@@ -87,6 +89,14 @@ bool engine::settle_locked(std::uint32_t u, page_entry& pe) {
   notices_.set_valid(u, true);
   pe.state = page_state::valid;
   return true;
+}
+
+os::prot engine::end_private_locked(std::uint32_t u, page_entry& pe) {
+  const bool was_private = private_locked(u, pe);
+  pe.copied_out = true;
+  if (!was_private || pe.state != page_state::valid) return pe.prot;
+  stats::add(stats::counter::private_units_shared);
+  return os::prot::read;
 }
 
 void engine::make_writable_locked(std::uint32_t u, page_entry& pe) {
@@ -459,17 +469,22 @@ bool engine::on_fault(const os::fault_info& f) {
 
 void engine::units_allocated(std::uint32_t first, std::uint32_t count) {
   set_homes(first, count);
-  // New units become readable (read-write when this rank is alone: one rank has nothing to keep
-  // coherent, so its units are plain memory with no fault, twin, notice or diff ever; DESIGN.md
-  // §3), at one mprotect for the whole range plus one per run of units that must stay
-  // inaccessible. The range is opened *before* any state leaves `unallocated`: once a unit is
+  // New units become readable (read-write when they are private: a rank alone has nothing to
+  // keep coherent, and no other rank has a copy of this rank's own allocations yet, so they are
+  // plain memory with no fault, twin, notice or diff until a copy is served; DESIGN.md §3), at
+  // one mprotect for the whole range plus one per run of units that must stay inaccessible or
+  // were served before (a range freed and allocated again). The range is opened *before* any state leaves `unallocated`: once a unit is
   // `valid`, a write notice (from a rank that returned from the same collective allocation
   // earlier and already wrote and released) may invalidate it at any moment, and a protection
   // change made after our page lock is released would undo that invalidation and let the
   // application read a stale copy. While a unit is `unallocated` nothing else changes its
   // protection, and no application thread can touch it yet (its address has not been returned).
   const bool alone = size_ == 1;
-  protect_units(first, count, alone ? os::prot::read_write : os::prot::read);
+  // One allocation's units are all of one kind: this rank's own, or a collective allocation's.
+  const bool own = owns_privately(first);
+  MDSM_ASSERT(own == owns_privately(first + count - 1), "an allocation across arenas");
+  const os::prot opened = own ? os::prot::read_write : os::prot::read;
+  protect_units(first, count, opened);
   // Units in chunks of the page table nobody has looked at get no entry: their valid bit says
   // they are a valid zero copy, and initial_state makes the entry from it when one is needed.
   // So a large allocation costs a bit per unit until it is touched (30 GiB of untouched
@@ -503,12 +518,12 @@ void engine::units_allocated(std::uint32_t first, std::uint32_t count) {
   for (std::uint32_t u : one_by_one) {
     batch.visit(u, [&](page_entry& pe) -> unit_protection {
       if (pe.state == page_state::unallocated) {
-        pe.prot = os::prot::read;  // what the application view has now
+        pe.prot = opened;  // what the application view has now
         const bool valid = settle_locked(u, pe);
-        return {valid ? os::prot::read : os::prot::none};
+        return {!valid ? os::prot::none : private_locked(u, pe) ? os::prot::read_write : os::prot::read};
       }
       const os::prot keep = pe.prot;  // not ours to change: restore it
-      pe.prot = os::prot::read;
+      pe.prot = opened;
       return {keep};
     });
   }

@@ -6,7 +6,8 @@
 //                            rank holds no copy: the next access fetches the unit from its home
 //   invalid      PROT_NONE   a copy with write notices not yet applied
 //   valid        READ        an up-to-date copy; READ_WRITE while it has a twin and was written
-//                            in the current interval (`dirty`)
+//                            in the current interval (`dirty`), or while it is private to its
+//                            home (engine::private_locked: no twin, never dirty, no notices)
 //
 // Locking: each entry is guarded by the page lock returned by lock_of(unit) (striped mutexes).
 // A page lock is held only for bounded CPU work (twin, diff, apply, protect) and never across a
@@ -63,6 +64,10 @@ struct page_entry {
   // drops the twin and announces nothing (it was not written).
   bool speculative = false;
   bool fetching = false;           // a thread is fetching this unit's diffs or copy
+  // A copy of this unit was served to another rank (sticky: that rank may hold it, or an older
+  // one, from then on). Until then the home of a unit no other rank was given a copy of by its
+  // allocation keeps it *private* (engine::private_locked): plain read-write memory.
+  bool copied_out = false;
   std::uint32_t fetch_generation = 0;  // counts finished fetches: waiters for one watch it change
   // The background collection that dropped this copy (0: none since): its home's copy holds every
   // write up to that cut only once the collection is over (engine::validate waits for it).

@@ -117,6 +117,21 @@ void engine::serve_diff_request(const net::inbound_frame& f, bool with_copy) {
   thread_local net::byte_writer out;  // kept: a reply of many units is large, growing it each time costs
   out.clear();
   const std::size_t count_at = out.reserve_slot<std::uint32_t>();
+  if (with_copy) {
+    // Private units about to be copied out are write-protected first, one mprotect per run
+    // (a rank reading a block another rank allocated asks for up to 128 units at once). A unit
+    // out of order (only a malformed request has one) ends its privacy below, on its own.
+    protection_batch batch = protections();
+    std::uint32_t next = 0;
+    for (std::uint32_t k = 0; k < n; ++k) {
+      const std::uint32_t u = req[3 * k];
+      if (u < next) continue;
+      next = u + 1;
+      batch.visit(u, [&](page_entry& pe) -> unit_protection {
+        return {pe.fetching || pe.state != page_state::valid ? pe.prot : end_private_locked(u, pe)};
+      });
+    }
+  }
   std::uint32_t answered = 0;
   for (std::uint32_t k = 0; k < n; ++k) {
     const std::uint32_t u = req[3 * k], after = req[3 * k + 1], through = req[3 * k + 2];
@@ -132,6 +147,7 @@ void engine::serve_diff_request(const net::inbound_frame& f, bool with_copy) {
       const bool allocated = pe.state != page_state::unallocated && pe.state != page_state::no_copy;
       out.put(static_cast<std::uint8_t>(!allocated ? k_copy_unallocated : pe.fetching ? k_copy_busy : k_copy_follows));
       if (!allocated || pe.fetching) break;
+      set_prot_locked(u, pe, end_private_locked(u, pe));  // done above unless out of order
       out.put_bytes(std::span<const std::byte>(region_.lib_unit(u), region_.unit()));
     }
     const std::uint32_t held = through > after ? encode_pieces_locked(u, pe, after, through, out) : 0;

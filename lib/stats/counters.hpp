@@ -80,6 +80,7 @@ namespace mdsm::stats {
   X(protect_calls, count, "mprotect calls on the coherent region's application view")            \
   X(protect_units, count, "coherence units covered by those calls")                              \
   X(twins_created, count, "twins created")                                                       \
+  X(private_units_shared, count, "private units (written with no fault at their home) a first copy was served of") \
   X(write_ahead_units, count, "units made writable ahead of a run of write faults")               \
   X(write_ahead_unused, count, "of those: not written before the interval closed (twin dropped)")  \
   X(diffs_created, count, "diffs created")                                                       \

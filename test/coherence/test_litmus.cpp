@@ -1640,3 +1640,194 @@ TEST_CASE("litmus 48: a background collection's cut while a fetch is under way t
   }
   world_barrier();
 }
+
+// ---- private units: a unit no other rank has a copy of is plain memory at its home -----------
+
+TEST_CASE("litmus 49: a rank's own allocation is private until a copy goes out: no fault, twin or notice before",
+          "[mpi][litmus][np2+]") {
+  // Rank 0 allocates in its own arena (no other rank has a copy of it), rewrites it in three
+  // intervals: none of that costs a fault, a twin or a write notice. The first copy served ends
+  // it (exactly the units served), and rank 0's writes after that reach rank 1 as usual.
+  session s;
+  mailbox box("litmus.box");
+  constexpr int pages = 8, words = pages * k_words_per_page;
+  const int me = mdsm::rank();
+  if (me == 0) {
+    const auto faults = stat("write_faults"), twins = stat("twins_created"), notices = stat("write_notices_created");
+    const auto shared = stat("private_units_shared");
+    int* p = mdsm::alloc_array<int>(words);
+    for (int round = 1; round <= 3; ++round) {
+      for (int i = 0; i < words; ++i) p[i] = round * 100000 + i;
+      box.send(1, annotation::release);  // closes an interval; p is not announced
+    }
+    CHECK(stat("write_faults") == faults);
+    CHECK(stat("twins_created") == twins);
+    CHECK(stat("write_notices_created") == notices);
+    box.send(1, annotation::release, reinterpret_cast<long>(p));
+    box.wait(1, 1);  // rank 1 read every page: copies served
+    CHECK(stat("private_units_shared") - shared == pages);
+    p[7] = -7;  // recorded the ordinary way now
+    p[words - 3] = -3;
+    CHECK(stat("write_faults") - faults == 2);
+    CHECK(stat("twins_created") - twins == 2);
+    box.send(1, annotation::release);
+    box.wait(2, 1);
+  } else if (me == 1) {
+    box.wait(4, 0);
+    const int* p = reinterpret_cast<const int*>(box.values().back());
+    int wrong = 0;
+    for (int i = 0; i < words; ++i) wrong += p[i] == 300000 + i ? 0 : 1;
+    CHECK(wrong == 0);
+    box.send(0, annotation::none);
+    box.wait(5, 0);
+    wrong = 0;
+    for (int i = 0; i < words; ++i) wrong += p[i] == (i == 7 ? -7 : i == words - 3 ? -3 : 300000 + i) ? 0 : 1;
+    CHECK(wrong == 0);
+    box.send(0, annotation::none);
+  }
+  world_barrier();
+}
+
+TEST_CASE("litmus 50: the home writing private units while their first copies are served loses no write",
+          "[mpi][litmus][np2+]") {
+  // Rank 0 writes new words of four private pages one by one while rank 1 fetches them (a racy
+  // read: rank 1 only wants the copies to go out). A word written after the copy was taken must
+  // still reach rank 1 at the next RELEASE: the pages are write-protected before their bytes are
+  // copied, so such a write faults and is recorded against a twin made after the copy. Several
+  // rounds, each with fresh pages.
+  session s;
+  mailbox box("litmus.box");
+  constexpr int pages = 4, words = pages * k_words_per_page, rounds = 10;
+  const int me = mdsm::rank();
+  auto word = [](int k) { return (k % pages) * k_words_per_page + k / pages; };  // across the pages in turn
+  if (me == 0) {
+    int straddled = 0;  // rounds in which rank 1 fetched while rank 0 was still writing
+    for (int round = 0; round < rounds; ++round) {
+      int* p = mdsm::alloc_array<int>(words);
+      box.send(1, annotation::none, reinterpret_cast<long>(p));
+      int k = 0;
+      for (; k < words && box.values().size() < static_cast<std::size_t>(2 * round + 1); ++k) {
+        p[word(k)] = k + round;
+        const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(3);
+        while (std::chrono::steady_clock::now() < until) {
+        }
+      }
+      straddled += k < words ? 1 : 0;
+      for (; k < words; ++k) p[word(k)] = k + round;
+      box.wait(2 * round + 1, 1);
+      box.send(1, annotation::release);
+      box.wait(2 * round + 2, 1);
+    }
+    CHECK(straddled > 0);
+  } else if (me == 1) {
+    for (int round = 0; round < rounds; ++round) {
+      box.wait(2 * round + 1, 0);
+      const int* p = reinterpret_cast<const int*>(box.values().back());
+      volatile int racy = p[0];  // fetches the copies (rank 0 is writing them)
+      (void)racy;
+      box.send(0, annotation::none);
+      box.wait(2 * round + 2, 0);
+      int wrong = 0;
+      for (int k = 0; k < words; ++k) wrong += p[word(k)] == k + round ? 0 : 1;
+      CHECK(wrong == 0);
+      box.send(0, annotation::none);
+    }
+  }
+  world_barrier();
+}
+
+TEST_CASE("litmus 51: private writes reach a rank two RELEASEs away, and so do the recorded writes after",
+          "[mpi][litmus][np3+]") {
+  // No notice was ever made of rank 0's private writes, so nothing tells rank 2 its copy lacks
+  // them: it has none, and the copy it fetches holds them. Rank 1, in the middle, never reads
+  // until the second round, which rank 0 writes after its units were copied out.
+  MDSM_NEED_RANKS(3);
+  session s;
+  mailbox box("litmus.box");
+  const int me = mdsm::rank();
+  constexpr int words = 2 * k_words_per_page;
+  if (me == 0) {
+    int* p = mdsm::alloc_array<int>(words);
+    for (int i = 0; i < words; ++i) p[i] = i;
+    box.send(1, annotation::release, reinterpret_cast<long>(p));
+    box.wait(1, 2);  // rank 2 read it
+    for (int i = 0; i < words; i += 3) p[i] = -i;
+    box.send(1, annotation::release);
+  } else if (me == 1) {
+    box.wait(1, 0);
+    box.send(2, annotation::release, box.values().back());
+    box.wait(2, 0);
+    const int* p = reinterpret_cast<const int*>(box.values().front());
+    int wrong = 0;
+    for (int i = 0; i < words; ++i) wrong += p[i] == (i % 3 == 0 ? -i : i) ? 0 : 1;
+    CHECK(wrong == 0);
+    box.send(2, annotation::release);
+  } else if (me == 2) {
+    box.wait(1, 1);
+    const int* p = reinterpret_cast<const int*>(box.values().back());
+    int wrong = 0;
+    for (int i = 0; i < words; ++i) wrong += p[i] == i ? 0 : 1;
+    CHECK(wrong == 0);
+    box.send(0, annotation::none);
+    box.wait(2, 1);
+    wrong = 0;
+    for (int i = 0; i < words; ++i) wrong += p[i] == (i % 3 == 0 ? -i : i) ? 0 : 1;
+    CHECK(wrong == 0);
+  }
+  world_barrier();
+}
+
+TEST_CASE("litmus 52: a unit copied out once is never private again (freed and allocated again, collected)",
+          "[mpi][litmus][np2+]") {
+  // Rank 1 keeps its copy of a unit rank 0 frees and allocates again: if rank 0 wrote the new
+  // allocation as private (without notices), rank 1 would read its stale copy. A collection in
+  // between changes nothing about that, nor about a unit still private.
+  session s;
+  mailbox box("litmus.box");
+  const int me = mdsm::rank();
+  if (me == 0) {
+    int* p = mdsm::alloc_array<int>(k_words_per_page);
+    for (int i = 0; i < k_words_per_page; ++i) p[i] = 1;
+    box.send(1, annotation::release, reinterpret_cast<long>(p));
+    box.wait(1, 1);  // rank 1 holds a copy
+    mdsm::free(p);
+    int* q = mdsm::alloc_array<int>(k_words_per_page);
+    REQUIRE(q == p);  // first fit: the same unit
+    for (int i = 0; i < k_words_per_page; ++i) q[i] = 2;
+    box.send(1, annotation::release, reinterpret_cast<long>(q));
+    box.wait(2, 1);
+  } else if (me == 1) {
+    box.wait(1, 0);
+    const int* p = reinterpret_cast<const int*>(box.values().back());
+    CHECK(p[0] == 1);
+    CHECK(p[k_words_per_page - 1] == 1);
+    box.send(0, annotation::none);
+    box.wait(2, 0);
+    int wrong = 0;
+    for (int i = 0; i < k_words_per_page; ++i) wrong += p[i] == 2 ? 0 : 1;
+    CHECK(wrong == 0);
+    box.send(0, annotation::none);
+  }
+  world_barrier();
+
+  int* r = nullptr;
+  const auto faults = stat("write_faults");
+  if (me == 0) {
+    r = mdsm::alloc_array<int>(k_words_per_page);
+    r[0] = 10;
+  }
+  mdsm::gc();
+  if (me == 0) {
+    r[1] = 11;  // still private after the collection
+    CHECK(stat("write_faults") == faults);
+    box.send(1, annotation::release, reinterpret_cast<long>(r));
+    box.wait(3, 1);
+  } else if (me == 1) {
+    box.wait(3, 0);
+    const int* q = reinterpret_cast<const int*>(box.values().back());
+    CHECK(q[0] == 10);
+    CHECK(q[1] == 11);
+    box.send(0, annotation::none);
+  }
+  world_barrier();
+}

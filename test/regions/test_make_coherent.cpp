@@ -40,6 +40,7 @@ one_page g_kept;         // registered in two sessions one after the other
 one_page g_limits[3];    // for the misuse cases
 one_page g_mismatch[2];  // ranks pass different pages of it
 one_page g_mpi;          // buffers of annotated MPI calls
+one_page g_setup[2];     // set up by rank 0 before the others read it
 
 }  // namespace
 
@@ -91,6 +92,38 @@ TEST_CASE("make_coherent: globals rank 0 set before the call are what every rank
   for (int r = 0; r < n; ++r) CHECK(g.slots[r] == 2000 + r);
   // One rank alone has nothing to keep coherent: its globals stay plain memory.
   if (n == 1) CHECK(stat("write_faults") == 0);
+  bar.arrive_and_wait();
+}
+
+TEST_CASE("make_coherent: rank 0 setting up registered globals before the others read them pays no fault",
+          "[make_coherent][np1]") {
+  // No other rank has a copy of a registered range until it fetches one from rank 0, so rank
+  // 0's writes before that are private: no fault, twin or notice (COHERENCE.md §3).
+  session s;
+  const int me = world_rank(), n = world_size();
+  mdsm::make_coherent(g_setup, sizeof g_setup);
+  mdsm::barrier bar;
+  if (me == 0) {
+    const auto faults = stat("write_faults"), twins = stat("twins_created");
+    for (int round = 1; round <= 3; ++round) {
+      for (one_page& p : g_setup)
+        for (std::size_t i = 0; i < std::size(p.words); ++i) p.words[i] = round * 10000 + static_cast<long>(i);
+      bar.arrive_and_wait();  // an interval closes; nobody reads yet
+    }
+    CHECK(stat("write_faults") == faults);
+    CHECK(stat("twins_created") == twins);
+  } else {
+    for (int round = 1; round <= 3; ++round) bar.arrive_and_wait();
+  }
+  int wrong = 0;
+  for (const one_page& p : g_setup)
+    for (std::size_t i = 0; i < std::size(p.words); ++i) wrong += p.words[i] == 30000 + static_cast<long>(i) ? 0 : 1;
+  CHECK(wrong == 0);
+  bar.arrive_and_wait();
+  if (me == n - 1) g_setup[1].words[5] = -5;  // read by every rank now: recorded as usual
+  bar.arrive_and_wait();
+  CHECK(g_setup[1].words[5] == -5);
+  CHECK(g_setup[0].words[5] == 30005);
   bar.arrive_and_wait();
 }
 

@@ -22,6 +22,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -106,7 +107,8 @@ double mpi_round_trips_us(int me, std::size_t k, int window) {
   return us / static_cast<double>(k);
 }
 
-double median(std::vector<double> v) {
+double median(std::vector<double> v) {  // NaN for none (F = 1 not among the variants run)
+  if (v.empty()) return std::nan("");
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
 }
@@ -204,7 +206,7 @@ int main(int argc, char** argv) {
         b.arrive_and_wait();
         mdsm::free_collective(block);
       }
-      if (me == 0)
+      if (me == 0 && this_round.count(1) != 0)  // ratios to F = 1 only when it ran
         for (int f : variants) speedup[{mode, f}].push_back(this_round[1] / this_round[f]);
     }
     if (me == 0) floor_us.push_back(local_fault_floor_us(k));
@@ -231,10 +233,11 @@ int main(int argc, char** argv) {
         auto& v = per_page_us[{mode, f}];
         auto& s = speedup[{mode, f}];
         const auto& o = overlap[{mode, f}];
+        const double s_min = s.empty() ? std::nan("") : *std::min_element(s.begin(), s.end());
+        const double s_max = s.empty() ? std::nan("") : *std::max_element(s.begin(), s.end());
         std::printf("%-10s %12.2f %12.2f %12.2f %10.2f %10.2f %10.2f %10.1f\n",
                     f == 0 ? "thread" : ("F=" + std::to_string(f)).c_str(), median(v),
-                    *std::min_element(v.begin(), v.end()), *std::max_element(v.begin(), v.end()), median(s),
-                    *std::min_element(s.begin(), s.end()), *std::max_element(s.begin(), s.end()),
+                    *std::min_element(v.begin(), v.end()), *std::max_element(v.begin(), v.end()), median(s), s_min, s_max,
                     o.second == 0 ? 1.0 : static_cast<double>(o.first) / static_cast<double>(o.second));
       }
     }

@@ -473,12 +473,13 @@ void engine::units_allocated(std::uint32_t first, std::uint32_t count) {
   // keep coherent, and no other rank has a copy of this rank's own allocations yet, so they are
   // plain memory with no fault, twin, notice or diff until a copy is served; DESIGN.md §3), at
   // one mprotect for the whole range plus one per run of units that must stay inaccessible or
-  // were served before (a range freed and allocated again). The range is opened *before* any state leaves `unallocated`: once a unit is
-  // `valid`, a write notice (from a rank that returned from the same collective allocation
-  // earlier and already wrote and released) may invalidate it at any moment, and a protection
-  // change made after our page lock is released would undo that invalidation and let the
-  // application read a stale copy. While a unit is `unallocated` nothing else changes its
-  // protection, and no application thread can touch it yet (its address has not been returned).
+  // were served before (a range freed and allocated again). The range is opened *before* any
+  // state leaves `unallocated`: once a unit is `valid`, a write notice (from a rank that
+  // returned from the same collective allocation earlier and already wrote and released) may
+  // invalidate it at any moment, and a protection change made after our page lock is released
+  // would undo that invalidation and let the application read a stale copy. While a unit is
+  // `unallocated` nothing else changes its protection, and no application thread can touch it
+  // yet (its address has not been returned).
   const bool alone = size_ == 1;
   // One allocation's units are all of one kind: this rank's own, or a collective allocation's.
   const bool own = owns_privately(first);

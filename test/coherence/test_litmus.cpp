@@ -1690,14 +1690,14 @@ TEST_CASE("litmus 49: a rank's own allocation is private until a copy goes out: 
 
 TEST_CASE("litmus 50: the home writing private units while their first copies are served loses no write",
           "[mpi][litmus][np2+]") {
-  // Rank 0 writes new words of four private pages one by one while rank 1 fetches them (a racy
+  // Rank 0 writes new words of eight private pages one by one while rank 1 fetches them (a racy
   // read: rank 1 only wants the copies to go out). A word written after the copy was taken must
   // still reach rank 1 at the next RELEASE: the pages are write-protected before their bytes are
   // copied, so such a write faults and is recorded against a twin made after the copy. Several
   // rounds, each with fresh pages.
   session s;
   mailbox box("litmus.box");
-  constexpr int pages = 4, words = pages * k_words_per_page, rounds = 10;
+  constexpr int pages = 8, words = pages * k_words_per_page, rounds = 10;  // ~40 ms of writes per round
   const int me = mdsm::rank();
   auto word = [](int k) { return (k % pages) * k_words_per_page + k / pages; };  // across the pages in turn
   if (me == 0) {
@@ -1708,7 +1708,7 @@ TEST_CASE("litmus 50: the home writing private units while their first copies ar
       int k = 0;
       for (; k < words && box.values().size() < static_cast<std::size_t>(2 * round + 1); ++k) {
         p[word(k)] = k + round;
-        const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(3);
+        const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(5);
         while (std::chrono::steady_clock::now() < until) {
         }
       }

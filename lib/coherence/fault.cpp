@@ -480,7 +480,6 @@ void engine::units_allocated(std::uint32_t first, std::uint32_t count) {
   // would undo that invalidation and let the application read a stale copy. While a unit is
   // `unallocated` nothing else changes its protection, and no application thread can touch it
   // yet (its address has not been returned).
-  const bool alone = size_ == 1;
   // One allocation's units are all of one kind: this rank's own, or a collective allocation's.
   const bool own = owns_privately(first);
   MDSM_ASSERT(own == owns_privately(first + count - 1), "an allocation across arenas");
@@ -495,7 +494,7 @@ void engine::units_allocated(std::uint32_t first, std::uint32_t count) {
       pages_.split_untouched(first, count, [&](std::uint32_t from, std::uint32_t to, std::vector<std::uint32_t>& out) {
         std::vector<std::uint32_t> painted;
         std::lock_guard lk(notices_.mutex());
-        if (!alone) notices_.painted_units(unit_run{from, to - from}, static_cast<std::uint32_t>(rank_), painted);
+        notices_.painted_units(unit_run{from, to - from}, static_cast<std::uint32_t>(rank_), painted);
         auto p = painted.begin();
         for (std::uint32_t v = from; v < to; ++v) {
           if (p != painted.end() && *p == v) {
@@ -506,15 +505,6 @@ void engine::units_allocated(std::uint32_t first, std::uint32_t count) {
           }
         }
       });
-  if (alone) {
-    for (std::uint32_t u : one_by_one) {
-      std::lock_guard lk(pages_.lock_of(u));
-      page_entry& pe = pages_.at(u);
-      pe.prot = os::prot::read_write;
-      set_state_locked(u, pe, page_state::valid);
-    }
-    return;
-  }
   protection_batch batch = protections();
   for (std::uint32_t u : one_by_one) {
     batch.visit(u, [&](page_entry& pe) -> unit_protection {

@@ -171,7 +171,7 @@ mdsm_status region_map::check_register(const void* addr_p, std::size_t bytes, st
     return MDSM_ERR_INVALID_ARGUMENT;
   }
   if (where(addr_p, bytes) != placement_of::outside ||
-      (a < addr(lib_) + std::size_t{units_} * unit_ && addr(lib_) < a + bytes)) {
+      relative(a, a + bytes, lib_, std::size_t{units_} * unit_) != placement_of::outside) {
     why = detail::cat("make_coherent: the range [", addr_p, ", +", bytes,
                       " bytes) overlaps the coherent region or a range registered before");
     return MDSM_ERR_INVALID_ARGUMENT;

@@ -330,13 +330,17 @@ void coherent_allocator::make_coherent(void* addr, std::size_t bytes) {
   check_same_everywhere(t, p, first, "make_coherent (rank 0's copy in place)");
 }
 
-void coherent_allocator::free(void* p) {
-  if (p == nullptr) return;
+void coherent_allocator::check_freeable(const void* p, const char* call) const {
   if (region_.registered(p))
-    detail::fail(MDSM_ERR_INVALID_ARGUMENT, "free: ", p,
+    detail::fail(MDSM_ERR_INVALID_ARGUMENT, call, ": ", p,
                  " lies in a range registered with make_coherent; it is not an allocation (it stays coherent until "
                  "finalize)");
-  if (!region_.contains(p)) detail::fail(MDSM_ERR_NOT_IN_REGION, "free: ", p, " is not in the coherent region");
+  if (!region_.contains(p)) detail::fail(MDSM_ERR_NOT_IN_REGION, call, ": ", p, " is not in the coherent region");
+}
+
+void coherent_allocator::free(void* p) {
+  if (p == nullptr) return;
+  check_freeable(p, "free");
   const int owner = region_.arena_owner(region_.unit_of(p));
   if (owner == coherence::region_map::k_collective)
     detail::fail(MDSM_ERR_INVALID_ARGUMENT, "free: ", p,
@@ -370,11 +374,7 @@ std::uint64_t coherent_allocator::collective_bytes() {
 void coherent_allocator::free_collective(void* p) {
   check_same_everywhere(endpoint_.transport(), endpoint_.progress(), addr_of(p), "free_collective");
   if (p == nullptr) return;
-  if (region_.registered(p))
-    detail::fail(MDSM_ERR_INVALID_ARGUMENT, "free_collective: ", p,
-                 " lies in a range registered with make_coherent; it is not an allocation (it stays coherent until "
-                 "finalize)");
-  if (!region_.contains(p)) detail::fail(MDSM_ERR_NOT_IN_REGION, "free_collective: ", p, " is not in the coherent region");
+  check_freeable(p, "free_collective");
   const int owner = region_.arena_owner(region_.unit_of(p));
   if (owner >= 0)
     detail::fail(MDSM_ERR_INVALID_ARGUMENT, "free_collective: ", p, " was not allocated collectively; use free");

@@ -52,6 +52,9 @@ class coherent_allocator {
   void make_coherent(void* addr, std::size_t bytes);
 
  private:
+  // Throws unless p may be passed to `call` (free, free_collective): a registered range is
+  // MDSM_ERR_INVALID_ARGUMENT, memory outside the region MDSM_ERR_NOT_IN_REGION.
+  void check_freeable(const void* p, const char* call) const;
   std::size_t alignment_for(std::size_t bytes) const;
   void account(std::uintptr_t addr, std::size_t bytes, bool allocated);  // mutex_ held
   // Frees addr in this rank's own arena; returns a status instead of throwing (also serves

@@ -38,13 +38,12 @@ std::uint32_t side_tags() {
 }  // namespace
 
 send_op::~send_op() {
-  if (type != MPI_DATATYPE_NULL) PMPI_Type_free(&type);
+  if (type != MPI_DATATYPE_NULL && own_type) PMPI_Type_free(&type);
 }
 
 namespace {
 
-// {header, user buffer} as one datatype at absolute addresses (MPI_BOTTOM).
-MPI_Datatype header_and(const header* h, const void* buf, int count, MPI_Datatype type) {
+MPI_Datatype make_header_and(const header* h, const void* buf, int count, MPI_Datatype type) {
   int lengths[2] = {k_header, count};
   MPI_Aint where[2];
   PMPI_Get_address(h, &where[0]);
@@ -56,7 +55,42 @@ MPI_Datatype header_and(const header* h, const void* buf, int count, MPI_Datatyp
   return t;
 }
 
+// The {header, buffer} types a thread made last for predefined datatypes (header_and).
+struct header_type_cache {
+  struct entry {
+    const header* h = nullptr;
+    const void* buf = nullptr;
+    int count = 0;
+    MPI_Datatype type = MPI_DATATYPE_NULL;
+    MPI_Datatype made = MPI_DATATYPE_NULL;
+  };
+  std::array<entry, 8> entries{};
+  std::size_t next = 0;  // the entry replaced next (round robin)
+  ~header_type_cache() {
+    int up = 0, down = 0;
+    MPI_Initialized(&up);
+    MPI_Finalized(&down);
+    if (!up || down) return;  // MPI freed them
+    for (entry& e : entries)
+      if (e.made != MPI_DATATYPE_NULL) PMPI_Type_free(&e.made);
+  }
+};
+
 }  // namespace
+
+MPI_Datatype header_and(const header* h, const void* buf, int count, MPI_Datatype type, bool& owned) {
+  owned = named_size(type) == 0;
+  if (owned) return make_header_and(h, buf, count, type);
+  thread_local header_type_cache cache;
+  for (const auto& e : cache.entries)
+    if (e.h == h && e.buf == buf && e.count == count && e.type == type) return e.made;
+  auto& e = cache.entries[cache.next];
+  cache.next = (cache.next + 1) % cache.entries.size();
+  // Freeing a type a pending operation uses is allowed: MPI frees it once that completes.
+  if (e.made != MPI_DATATYPE_NULL) PMPI_Type_free(&e.made);
+  e = {h, buf, count, type, make_header_and(h, buf, count, type)};
+  return e.made;
+}
 
 int encode_cinfo(detail::runtime& rt, int peer, mdsm_annotation a, net::byte_writer& w, MPI_Comm comm) {
   w.clear();
@@ -161,7 +195,7 @@ int send(context& c, send_op& op, const void* buf, int count, MPI_Datatype type,
       default: rc = PMPI_Isend(out.data(), n, MPI_BYTE, dest, tag, comm, &op.req[0]); break;
     }
   } else {
-    op.type = header_and(&op.h, buf, count, type);
+    op.type = header_and(&op.h, buf, count, type, op.own_type);
     switch (mode) {
       case send_mode::standard:
         rc = blocking ? PMPI_Send(MPI_BOTTOM, 1, op.type, dest, tag, comm)
@@ -194,7 +228,7 @@ int wait_send(const detail::runtime& rt, send_op& op, MPI_Comm comm) {
 // ---- receiving -----------------------------------------------------------------------------
 
 recv_op::~recv_op() {
-  if (stype != MPI_DATATYPE_NULL) PMPI_Type_free(&stype);
+  if (stype != MPI_DATATYPE_NULL && own_stype) PMPI_Type_free(&stype);
   if (req != MPI_REQUEST_NULL) {  // abandoned half-way (an error): let MPI finish it
     PMPI_Cancel(&req);
     PMPI_Request_free(&req);
@@ -202,7 +236,7 @@ recv_op::~recv_op() {
 }
 
 namespace {
-thread_local std::vector<std::byte> t_recv_scratch;
+thread_local staging_buffer t_recv_scratch;
 }
 
 int post_recv(recv_op& op, bool block) {
@@ -220,11 +254,11 @@ int post_recv(recv_op& op, bool block) {
     // thread: requests finished by the progress thread must not write the coherent region).
     // A blocking receive borrows this thread's buffer (MDSM_Recv gives it back).
     if (block) op.packed.swap(t_recv_scratch);
-    op.packed.resize(sizeof(header) + op.b.bytes);
+    op.packed.resize(staging_bytes(op.b.bytes));
     at = op.packed.data();
-    n = static_cast<int>(op.packed.size());
+    n = static_cast<int>(sizeof(header) + op.b.bytes);
   } else {
-    op.stype = header_and(&op.h, op.buf, op.count, op.type);
+    op.stype = header_and(&op.h, op.buf, op.count, op.type, op.own_stype);
     t = op.stype;
   }
   if (op.msg != MPI_MESSAGE_NULL)

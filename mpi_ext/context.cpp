@@ -116,12 +116,12 @@ int checked_annotation(const mdsm_annotation* given, MPI_Comm comm, const char* 
 }
 
 std::size_t copy_max() {
-  static const std::size_t v = detail::env_size("MDSM_MPI_COPY_MAX", 16384);
+  static const std::size_t v = detail::env_size("MDSM_MPI_COPY_MAX", 3968);
   return v;
 }
 
 std::size_t side_min() {
-  static const std::size_t v = detail::env_size("MDSM_MPI_SIDE_MIN", 32768);
+  static const std::size_t v = detail::env_size("MDSM_MPI_SIDE_MIN", 8192);
   return v;
 }
 

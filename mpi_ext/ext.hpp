@@ -18,11 +18,16 @@
 
 #include <mdsm/mdsm_mpi.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <deque>
+#include <memory>
+#include <new>
+#include <utility>
+#include <vector>
 #include <mutex>
 #include <optional>
 #include <span>
@@ -80,14 +85,49 @@ inline std::size_t probed_data(std::size_t bytes) {
 // Up to this many bytes of contiguous user data are copied behind the header into one buffer
 // (sender) or received into one and copied out (receiver); above it, and for non-contiguous
 // datatypes, a struct datatype {header, user buffer} lets MPI move the data itself, without an
-// extra copy. Measured in docs/MPI.md; MDSM_MPI_COPY_MAX overrides it.
+// extra copy. 3,968 bytes: a copied message (4,032 bytes with the header) still goes eagerly on
+// Open MPI's shared-memory transport (whose 4 KiB limit counts ob1's own header: 4,040 bytes of
+// payload do, 4,048 do not); above it the message takes a rendezvous anyway, and the two copies
+// cost more than the struct (header_and). Measured in docs/MPI.md; MDSM_MPI_COPY_MAX overrides it.
 std::size_t copy_max();
 
 // From this many bytes of user data (contiguous or not) the data goes on the side channel with
 // the user's datatype: a struct datatype {header, buffer} makes Open MPI's shared-memory transport
-// pipeline large data through fragments where a plain message takes one CMA copy. Measured in
-// docs/MPI.md; MDSM_MPI_SIDE_MIN overrides it.
+// pipeline data above its eager limit through fragments where a plain message takes one CMA copy;
+// from 8 KiB that costs more than the header's own message. Measured in docs/MPI.md;
+// MDSM_MPI_SIDE_MIN overrides it (receivers size their staging buffers by their own value:
+// give every rank the same).
 std::size_t side_min();
+
+// Room for a receive of up to `data` bytes of user data through a staging buffer: the header,
+// then at least as many bytes as any MDSM message on a user's communicator carries (its data goes
+// on the side channel from side_min()). Open MPI 4.1.4 writes a truncated contiguous message above
+// its eager limit whole, past the end of the receive buffer (one CMA copy of the sender's size):
+// with a larger MDSM_MPI_COPY_MAX such a message could be an MDSM one, and the staging buffer takes
+// what a too-small receive would otherwise spill onto the heap. The receive itself still posts
+// header + data bytes, so MPI reports the truncation.
+inline std::size_t staging_bytes(std::size_t data) { return sizeof(header) + std::max(data, side_min()); }
+
+// A vector whose resize leaves new elements uninitialized: staging buffers MPI receives into.
+template <class T>
+struct default_init_allocator : std::allocator<T> {
+  template <class U>
+  struct rebind {
+    using other = default_init_allocator<U>;
+  };
+  default_init_allocator() = default;
+  template <class U>
+  default_init_allocator(const default_init_allocator<U>&) noexcept {}
+  template <class U>
+  void construct(U* p) noexcept {
+    ::new (static_cast<void*>(p)) U;
+  }
+  template <class U, class... A>
+  void construct(U* p, A&&... a) {
+    ::new (static_cast<void*>(p)) U(std::forward<A>(a)...);
+  }
+};
+using staging_buffer = std::vector<std::byte, default_init_allocator<std::byte>>;
 
 // Per-communicator state, cached in an attribute of the user's communicator.
 struct comm_state {
@@ -145,6 +185,14 @@ int describe(context& c, MPI_Comm comm, const void* buf, int count, MPI_Datatype
 // MPI_SUCCESS or the raised error. Every MDSM_ entry point taking an annotation calls it first.
 int checked_annotation(const mdsm_annotation* given, MPI_Comm comm, const char* call, mdsm_annotation& out);
 
+// {header, user buffer} as one datatype at absolute addresses (MPI_BOTTOM): a message in place.
+// Making and committing one costs more under MPI_THREAD_MULTIPLE than everything else mpi_ext
+// adds to a 64 KiB message (docs/MPI.md, "Cost"), and programs send from and receive into the same
+// buffers again and again, so each thread keeps the last 8 it made for predefined datatypes, whose
+// handles never name another type (a freed derived type's handle may: those are made afresh).
+// `owned`: the caller frees the type; otherwise the thread's cache does, and the caller must not.
+MPI_Datatype header_and(const header* h, const void* buf, int count, MPI_Datatype type, bool& owned);
+
 // Sends one annotated message: the side-channel message first, then the data message (and the
 // user's data on the side channel after it, when large).
 enum class send_mode { standard, synchronous, nonblocking };
@@ -153,6 +201,7 @@ struct send_op {
   std::vector<std::byte> cinfo;           // consistency information (h.cinfo_len bytes)
   std::vector<std::byte> packed;          // header + data, when copied (nonblocking only)
   MPI_Datatype type = MPI_DATATYPE_NULL;  // {header, user buffer}, when not copied
+  bool own_type = false;                  // freed by this op (else header_and's, kept)
   // The message on the user's communicator, the consistency information and the user's data on
   // the side channel.
   MPI_Request req[3] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL, MPI_REQUEST_NULL};
@@ -190,8 +239,9 @@ struct recv_op {
   int tag = MPI_ANY_TAG;
   MPI_Comm comm = MPI_COMM_NULL;
   buffer b;
-  std::vector<std::byte> packed;          // header + data, when copied
+  staging_buffer packed;                  // header + data, when copied (staging_bytes)
   MPI_Datatype stype = MPI_DATATYPE_NULL;  // {header, user buffer}, when not copied
+  bool own_stype = false;                  // freed by this op (else header_and's, kept)
   MPI_Request req = MPI_REQUEST_NULL;      // the data message, then the side-channel ones
   MPI_Message msg = MPI_MESSAGE_NULL;      // taken from the stash: received with MPI_Mrecv
   MPI_Status side_status{};                // the user's data's, when it came on the side channel

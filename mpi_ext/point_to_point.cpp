@@ -9,6 +9,7 @@
 #include "net/context.hpp"
 #include "stats/counters.hpp"
 
+#include <algorithm>
 #include <cstddef>
 #include <cstring>
 #include <memory>
@@ -19,14 +20,15 @@ using namespace mdsm::mpi_ext;
 
 namespace {
 
-// A per-thread buffer that only grows.
+// A per-thread buffer that only grows, and never below a staging buffer's size (ext.hpp,
+// staging_bytes: a truncated message may be written whole into a receive's).
 struct scratch_buffer {
   std::unique_ptr<std::byte[]> p;
   std::size_t capacity = 0;
   std::byte* get(std::size_t n) {
     if (n > capacity) {
-      p = std::make_unique<std::byte[]>(n);
-      capacity = n;
+      capacity = std::max(n, staging_bytes(0));
+      p = std::make_unique_for_overwrite<std::byte[]>(capacity);
     }
     return p.get();
   }

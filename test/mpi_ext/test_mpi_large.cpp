@@ -15,6 +15,8 @@ using namespace mdsm_test;
 namespace {
 
 constexpr std::size_t k_64k = 16384, k_1m = 262144, k_4m = 1048576;  // in ints
+// Data sent in place: above the copy threshold, below the side channel's (ext.hpp).
+constexpr std::size_t k_in_place = 1500;  // 6,000 bytes
 
 // Every other int of n: a vector type spanning 2n - 1 ints.
 struct every_other {
@@ -264,8 +266,8 @@ TEST_CASE("mpi_ext large: truncation is MPI's MPI_ERR_TRUNCATE and the next mess
   returning_comm rc;
   std::vector<int> out(k_1m);
   if (me == 0) {
-    for (int tag = 1; tag <= 7; ++tag) {
-      const std::size_t len = tag == 2 || tag == 4 || tag >= 6 ? 8 : k_1m;
+    for (int tag = 1; tag <= 9; ++tag) {
+      const std::size_t len = tag >= 8 ? k_in_place : tag == 2 || tag == 4 || tag >= 6 ? 8 : k_1m;
       fill(out.data(), len, 60, tag);
       REQUIRE(MDSM_Send(out.data(), static_cast<int>(len), MPI_INT, 1, tag, rc.comm,
                         tag == 3 ? MDSM_NONE : MDSM_RELEASE) == MPI_SUCCESS);
@@ -318,6 +320,18 @@ TEST_CASE("mpi_ext large: truncation is MPI's MPI_ERR_TRUNCATE and the next mess
     REQUIRE(count == 4);
     REQUIRE(all_match(in.data() + 100, 4, 60, 7));
     REQUIRE(in[104] == -1);
+    // 8 and 9: messages in place (header and data as one struct datatype) truncated into copied
+    // receives, blocking and not: the error, what fitted, nothing beyond.
+    std::fill(in.begin(), in.end(), -1);
+    code = MDSM_Recv(in.data(), 10, MPI_INT, 0, 8, rc.comm, &st);
+    REQUIRE(error_class(code) == MPI_ERR_TRUNCATE);
+    REQUIRE(all_match(in.data(), 10, 60, 8));
+    REQUIRE(in[10] == -1);
+    REQUIRE(MDSM_Irecv(in.data() + 100, 10, MPI_INT, 0, 9, rc.comm, &req) == MPI_SUCCESS);
+    code = MDSM_Wait(&req, &st);
+    REQUIRE(error_class(code) == MPI_ERR_TRUNCATE);
+    REQUIRE(all_match(in.data() + 100, 10, 60, 9));
+    REQUIRE(in[110] == -1);
   }
   world_barrier();
 }
@@ -373,4 +387,81 @@ TEST_CASE("mpi_ext large: a large message to the rank itself, receive posted fir
   REQUIRE(st.MPI_SOURCE == me);
   REQUIRE(all_match(in.data(), k_1m, 70, me));
   world_barrier();
+}
+
+TEST_CASE("mpi_ext large: in-place messages into the same buffers again, more pending than a thread keeps types for",
+          "[mpi][mpi_ext][np2+]") {
+  // A thread keeps the {header, buffer} datatypes it made last (ext.hpp, header_and): each round
+  // sends from and receives into the same 12 buffers (in place: 6,000 bytes, private, and
+  // a coherent receive buffer whatever its size), with counts that change between rounds, all 12
+  // pending at once, so types are replaced while in use, and blocking sends from one buffer with
+  // fewer ints each time, so a type must not be reused for another count. A type reused for the
+  // wrong buffer or count would put data in the wrong place or send the wrong count.
+  session s;
+  const int me = mdsm::rank();
+  constexpr int k_buffers = 12;
+  int* coherent = mdsm::alloc_collective_array<int>(k_in_place);
+  std::vector<std::vector<int>> bufs(k_buffers, std::vector<int>(k_in_place + 1, -1));  // + 1: a guard
+  for (int round = 0; round < 4; ++round) {
+    const std::size_t len = round % 2 == 0 ? k_in_place : k_in_place - 100;
+    if (me == 0) {
+      MPI_Request req[k_buffers + 1];
+      for (int k = 0; k < k_buffers; ++k) {
+        fill(bufs[static_cast<std::size_t>(k)].data(), len, round, k);
+        REQUIRE(MDSM_Isend(bufs[static_cast<std::size_t>(k)].data(), static_cast<int>(len), MPI_INT, 1, k,
+                           MPI_COMM_WORLD, k % 2 == 0 ? MDSM_NONE : MDSM_RELEASE, &req[k]) == MPI_SUCCESS);
+      }
+      REQUIRE(MDSM_Waitall(k_buffers, req, MPI_STATUSES_IGNORE) == MPI_SUCCESS);
+      fill(bufs[0].data(), 8, round, 99);
+      REQUIRE(MDSM_Send(bufs[0].data(), 8, MPI_INT, 1, 99, MPI_COMM_WORLD, MDSM_RELEASE) == MPI_SUCCESS);
+      fill(bufs[1].data(), len, round, 100);
+      REQUIRE(MDSM_Send(bufs[1].data(), static_cast<int>(len), MPI_INT, 1, 100, MPI_COMM_WORLD, MDSM_RELEASE) ==
+              MPI_SUCCESS);
+      for (int j = 0; j < 3; ++j) {  // one buffer, back to back, fewer ints each time
+        fill(bufs[2].data(), len - 10 * static_cast<std::size_t>(j), round, 101 + j);
+        REQUIRE(MDSM_Send(bufs[2].data(), static_cast<int>(len) - 10 * j, MPI_INT, 1, 101 + j, MPI_COMM_WORLD,
+                          MDSM_NONE) == MPI_SUCCESS);
+      }
+    } else if (me == 1) {
+      MPI_Request req[k_buffers];
+      for (auto& b : bufs) std::fill(b.begin(), b.end(), -1);
+      for (int k = k_buffers - 1; k >= 0; --k)  // posted in reverse: each matches its own tag
+        REQUIRE(MDSM_Irecv(bufs[static_cast<std::size_t>(k)].data(), static_cast<int>(k_in_place), MPI_INT, 0, k,
+                           MPI_COMM_WORLD, &req[k]) == MPI_SUCCESS);
+      MPI_Status st[k_buffers];
+      REQUIRE(MDSM_Waitall(k_buffers, req, st) == MPI_SUCCESS);
+      for (int k = 0; k < k_buffers; ++k) {
+        int count = 0;
+        MPI_Get_count(&st[k], MPI_INT, &count);
+        REQUIRE(count == static_cast<int>(len));
+        REQUIRE(all_match(bufs[static_cast<std::size_t>(k)].data(), len, round, k));
+        REQUIRE(bufs[static_cast<std::size_t>(k)][len] == -1);  // nothing past the message
+      }
+      // Blocking receives into one buffer, private then coherent, each with a full-size count.
+      MPI_Status one;
+      int count = 0;
+      REQUIRE(MDSM_Recv(bufs[0].data(), static_cast<int>(k_in_place), MPI_INT, 0, 99, MPI_COMM_WORLD, &one) ==
+              MPI_SUCCESS);
+      MPI_Get_count(&one, MPI_INT, &count);
+      REQUIRE(count == 8);
+      REQUIRE(all_match(bufs[0].data(), 8, round, 99));
+      REQUIRE(MDSM_Recv(coherent, static_cast<int>(k_in_place), MPI_INT, 0, 100, MPI_COMM_WORLD, &one) ==
+              MPI_SUCCESS);
+      MPI_Get_count(&one, MPI_INT, &count);
+      REQUIRE(count == static_cast<int>(len));
+      REQUIRE(all_match(coherent, len, round, 100));
+      for (int j = 0; j < 3; ++j) {
+        const std::size_t want = len - 10 * static_cast<std::size_t>(j);
+        std::fill(bufs[3].begin(), bufs[3].end(), -1);
+        REQUIRE(MDSM_Recv(bufs[3].data(), static_cast<int>(k_in_place), MPI_INT, 0, 101 + j, MPI_COMM_WORLD, &one) ==
+                MPI_SUCCESS);
+        MPI_Get_count(&one, MPI_INT, &count);
+        REQUIRE(count == static_cast<int>(want));
+        REQUIRE(all_match(bufs[3].data(), want, round, 101 + j));
+        REQUIRE(bufs[3][want] == -1);
+      }
+    }
+  }
+  REQUIRE(MDSM_Barrier(MPI_COMM_WORLD) == MPI_SUCCESS);
+  mdsm::free_collective(coherent);
 }

@@ -55,6 +55,8 @@ using mdsm_bench::round_options;
 constexpr int k_rounds = 21;
 constexpr long k_sizes[] = {8, 64, 512, 4 << 10, 24 << 10, 32 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20};
 constexpr long k_max_bytes = 4 << 20;
+// The "steps/" series: sizes that take the side channel (docs/MPI.md, from 8 KiB).
+constexpr long k_step_sizes[] = {8 << 10, 64 << 10, 256 << 10};
 constexpr long k_header = 64;       // an MDSM message's header (MPI_plus64)
 constexpr long k_short_header = 8;  // a NONE message's of up to 55 bytes (MPI_plus8)
 constexpr int k_tag = 7;
@@ -62,6 +64,7 @@ constexpr int k_tag = 7;
 int g_rank = 0;
 MPI_Comm g_mpi;   // plain MPI traffic
 MPI_Comm g_mdsm;  // MDSM_ traffic (an MDSM message must be received by an MDSM_ call)
+MPI_Comm g_side;  // the "steps/" series' second communicator
 
 // This rank's buffers: private and coherent (mdsm::alloc, this rank's own arena), k_max_bytes each.
 // All page-aligned: a copy whose destination lies a few bytes past its source modulo 4 KiB (a
@@ -88,7 +91,26 @@ benchmark::IterationCount iterations_for(long bytes) {
   return std::clamp<benchmark::IterationCount>((32L << 20) / bytes, 16, 5000);
 }
 
-enum class kind { mpi, mdsm };
+// mpi: plain MPI; mdsm: MDSM_Send / MDSM_Recv. The others replay the side channel's steps with
+// plain MPI calls (series "steps/", docs/MPI.md "Cost"): the sender sends a 64-byte header on one
+// communicator, then the data on another; the receiver takes the header
+//   two_plain     into 64 bytes, then the data with a plain receive;
+//   two_probed    into 64 bytes, then the data with a matched probe and MPI_Mrecv (as mpi_ext);
+//   struct_kept   into a {header, buffer} struct datatype made once, then probe and MPI_Mrecv (as
+//                 mpi_ext with its per-thread types);
+//   struct_fresh  the same with the struct made and freed every receive (as mpi_ext before 8b0ac4f).
+enum class kind { mpi, mdsm, two_plain, two_probed, struct_kept, struct_fresh };
+
+MPI_Datatype header_and_buffer(std::byte* header, std::byte* buf, int n) {
+  int lengths[2] = {static_cast<int>(k_header), n};
+  MPI_Aint where[2];
+  MPI_Get_address(header, &where[0]);
+  MPI_Get_address(buf, &where[1]);
+  MPI_Datatype types[2] = {MPI_BYTE, MPI_BYTE}, t;
+  MPI_Type_create_struct(2, lengths, where, types, &t);
+  MPI_Type_commit(&t);
+  return t;
+}
 
 // One round trip per iteration. `write`: the sender fills its send buffer first.
 void roundtrip(benchmark::State& state, kind k, mdsm_annotation a, long bytes, std::byte* out, std::byte* in,
@@ -97,14 +119,41 @@ void roundtrip(benchmark::State& state, kind k, mdsm_annotation a, long bytes, s
   if (!progress_thread) mdsm::pause_progress_thread();
   MPI_Barrier(g_mpi);
   int fill = 0;
+  std::byte header_out[k_header] = {}, header_in[k_header];
+  MPI_Datatype kept = k == kind::struct_kept ? header_and_buffer(header_in, in, n) : MPI_DATATYPE_NULL;
   auto send = [&](int dest) {
     if (write) std::memset(out, ++fill & 0xff, static_cast<std::size_t>(bytes));
-    if (k == kind::mpi) MPI_Send(out, n, MPI_BYTE, dest, k_tag, g_mpi);
-    else MDSM_Send(out, n, MPI_BYTE, dest, k_tag, g_mdsm, a);
+    if (k == kind::mpi) {
+      MPI_Send(out, n, MPI_BYTE, dest, k_tag, g_mpi);
+    } else if (k == kind::mdsm) {
+      MDSM_Send(out, n, MPI_BYTE, dest, k_tag, g_mdsm, a);
+    } else {
+      MPI_Send(header_out, static_cast<int>(k_header), MPI_BYTE, dest, k_tag, g_mpi);
+      MPI_Send(out, n, MPI_BYTE, dest, k_tag + 1, g_side);
+    }
   };
   auto recv = [&](int source) {
-    if (k == kind::mpi) MPI_Recv(in, n, MPI_BYTE, source, k_tag, g_mpi, MPI_STATUS_IGNORE);
-    else MDSM_Recv(in, n, MPI_BYTE, source, k_tag, g_mdsm, MPI_STATUS_IGNORE);
+    switch (k) {
+      case kind::mpi: MPI_Recv(in, n, MPI_BYTE, source, k_tag, g_mpi, MPI_STATUS_IGNORE); return;
+      case kind::mdsm: MDSM_Recv(in, n, MPI_BYTE, source, k_tag, g_mdsm, MPI_STATUS_IGNORE); return;
+      case kind::two_plain:
+        MPI_Recv(header_in, static_cast<int>(k_header), MPI_BYTE, source, k_tag, g_mpi, MPI_STATUS_IGNORE);
+        MPI_Recv(in, n, MPI_BYTE, source, k_tag + 1, g_side, MPI_STATUS_IGNORE);
+        return;
+      case kind::two_probed:
+        MPI_Recv(header_in, static_cast<int>(k_header), MPI_BYTE, source, k_tag, g_mpi, MPI_STATUS_IGNORE);
+        break;
+      case kind::struct_kept: MPI_Recv(MPI_BOTTOM, 1, kept, source, k_tag, g_mpi, MPI_STATUS_IGNORE); break;
+      case kind::struct_fresh: {
+        MPI_Datatype t = header_and_buffer(header_in, in, n);
+        MPI_Recv(MPI_BOTTOM, 1, t, source, k_tag, g_mpi, MPI_STATUS_IGNORE);
+        MPI_Type_free(&t);
+        break;
+      }
+    }
+    MPI_Message m;
+    MPI_Mprobe(source, k_tag + 1, g_side, &m, MPI_STATUS_IGNORE);
+    MPI_Mrecv(in, n, MPI_BYTE, &m, MPI_STATUS_IGNORE);
   };
   for (auto _ : state) {
     if (g_rank == 0) {
@@ -116,6 +165,7 @@ void roundtrip(benchmark::State& state, kind k, mdsm_annotation a, long bytes, s
     }
   }
   MPI_Barrier(g_mpi);
+  if (kept != MPI_DATATYPE_NULL) MPI_Type_free(&kept);
   if (!progress_thread) mdsm::resume_progress_thread();
 }
 
@@ -139,6 +189,18 @@ void register_all() {
          make("MPI_plus8", kind::mpi, MDSM_NONE, bytes + k_short_header, false, false, false, true),
          make("NONE", kind::mdsm, MDSM_NONE, bytes, false, false, false, true),
          make("RELEASE", kind::mdsm, MDSM_RELEASE, bytes, false, false, false, true)},
+        opt);
+  }
+  for (long bytes : k_step_sizes) {
+    const round_options opt{.rounds = k_rounds, .iterations = iterations_for(bytes), .unit = benchmark::kMicrosecond};
+    mdsm_bench::register_interleaved(
+        "steps/" + mdsm_bench::size_name(bytes),
+        {make("MPI_Send_Recv", kind::mpi, MDSM_NONE, bytes, false, false, false, true),
+         make("two_plain", kind::two_plain, MDSM_NONE, bytes, false, false, false, true),
+         make("two_probed", kind::two_probed, MDSM_NONE, bytes, false, false, false, true),
+         make("struct_kept", kind::struct_kept, MDSM_NONE, bytes, false, false, false, true),
+         make("struct_fresh", kind::struct_fresh, MDSM_NONE, bytes, false, false, false, true),
+         make("NONE", kind::mdsm, MDSM_NONE, bytes, false, false, false, true)},
         opt);
   }
   for (long bytes : k_sizes) {
@@ -196,6 +258,7 @@ int main(int argc, char** argv) {
   }
   MPI_Comm_dup(MPI_COMM_WORLD, &g_mpi);
   MPI_Comm_dup(MPI_COMM_WORLD, &g_mdsm);
+  MPI_Comm_dup(MPI_COMM_WORLD, &g_side);
   g_send = page_aligned(k_max_bytes + k_header, std::byte{1});
   g_recv = page_aligned(k_max_bytes + k_header, std::byte{0});
   g_coh_send = static_cast<std::byte*>(mdsm::alloc(k_max_bytes));
@@ -217,6 +280,7 @@ int main(int argc, char** argv) {
   }
   mdsm::free(g_coh_recv);
   mdsm::free(g_coh_send);
+  MPI_Comm_free(&g_side);
   MPI_Comm_free(&g_mdsm);
   MPI_Comm_free(&g_mpi);
   mdsm::finalize();

@@ -130,7 +130,7 @@ int send(context& c, send_op& op, const void* buf, int count, MPI_Datatype type,
       info = w.bytes();
     }
     op.h.cinfo_len = static_cast<std::uint32_t>(info.size());
-    if (info.size() <= k_inline_cinfo) {
+    if (info.size() <= (side ? k_inline_cinfo_side : k_inline_cinfo)) {
       op.h.inline_cinfo = 1;
       std::memcpy(op.h.cinfo, info.data(), info.size());
     } else {
@@ -157,6 +157,7 @@ int send(context& c, send_op& op, const void* buf, int count, MPI_Datatype type,
     // the header: a synchronous send is complete once the receive that matched it started.
     if (!tags) op.h.side_tag = side_tags();
     op.h.side_data = 1;
+    set_side_bytes(op.h, b.bytes);
     stats::add(stats::counter::mpi_side_data);
     if (mode == send_mode::synchronous)
       rc = PMPI_Issend(&op.h, k_header, MPI_BYTE, dest, tag, comm, &op.req[0]);
@@ -279,7 +280,8 @@ int check_header(const header& h, int bytes, MPI_Comm comm, const MPI_Status& st
     return raise(comm, errc::not_mdsm,
                  detail::cat("MDSM_Recv: the message from rank ", st.MPI_SOURCE, " (tag ", st.MPI_TAG, ") has ", bytes,
                              " bytes, fewer than an MDSM header: it was not sent by an MDSM_ call"));
-  if (h.magic != k_magic || h.annot > MDSM_RELEASE_NT || (h.inline_cinfo && h.cinfo_len > k_inline_cinfo) ||
+  if (h.magic != k_magic || h.annot > MDSM_RELEASE_NT ||
+      (h.inline_cinfo && h.cinfo_len > (h.side_data ? k_inline_cinfo_side : k_inline_cinfo)) ||
       (h.side_data && bytes != k_header))
     return raise(comm, errc::not_mdsm,
                  detail::cat("MDSM_Recv: the message from rank ", st.MPI_SOURCE, " (tag ", st.MPI_TAG,
@@ -407,12 +409,21 @@ namespace {
 // Matches the user's data on the side channel (blocking, or false while it has not arrived) and
 // receives it: into the user's buffer when it fits, else whole into `overflow`, to be cut to the
 // buffer — Open MPI 4.1.4 writes a truncated message whole, past the end of the receive buffer,
-// which in the coherent region would be memory nobody made safe.
+// which in the coherent region would be memory nobody made safe. The header says how many bytes
+// the data has: when they fit, the receive is posted at once; otherwise a matched probe learns
+// the data's real size before anything is written (the header's figure is not trusted for an
+// allocation).
 bool match_side_data(recv_op& op, bool block) {
   const int peer = op.c.cs->mdsm_rank(op.status.MPI_SOURCE);  // checked by continue_on_side
   const int tag = static_cast<int>(op.h.side_tag + 1);
   const MPI_Comm side = op.c.rt->mpi_ext_comm;
   const bool wait_here = block && may_block(*op.c.rt);
+  if (side_bytes(op.h) <= op.b.bytes) {
+    op.side_matched = true;
+    op.rc = wait_here ? PMPI_Recv(op.buf, op.count, op.type, peer, tag, side, &op.side_status)
+                      : PMPI_Irecv(op.buf, op.count, op.type, peer, tag, side, &op.req);
+    return true;
+  }
   MPI_Message m = MPI_MESSAGE_NULL;
   MPI_Status st;
   int flag = 1, rc;

@@ -59,6 +59,17 @@ struct header {
 static_assert(sizeof(header) == 64);
 inline constexpr int k_header = static_cast<int>(sizeof(header));
 
+// A header alone (side_data) also says how many bytes its data has, in the last 8 bytes of
+// `cinfo`, so the receiver can post the data's receive straight away when it fits (no matched
+// probe first; docs/MPI.md "Large messages"): its inline information has 40 bytes, not 48.
+inline constexpr std::size_t k_inline_cinfo_side = k_inline_cinfo - sizeof(std::uint64_t);
+inline std::uint64_t side_bytes(const header& h) {
+  std::uint64_t n;
+  std::memcpy(&n, h.cinfo + k_inline_cinfo_side, sizeof n);
+  return n;
+}
+inline void set_side_bytes(header& h, std::uint64_t n) { std::memcpy(h.cinfo + k_inline_cinfo_side, &n, sizeof n); }
+
 // The short header: a NONE message with up to k_short_max bytes of contiguous data carries only
 // the header's first k_short_header bytes (the magic, annotation NONE, zeros) before its data.
 // Such a message is shorter than a full header (8 + 55 < 64) and every other MDSM message is at

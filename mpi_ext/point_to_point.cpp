@@ -141,7 +141,7 @@ int fast_recv(void* buf, int count, MPI_Datatype type, int source, int tag, MPI_
   header h;
   if (got >= k_header) std::memcpy(static_cast<void*>(&h), in, offsetof(header, cinfo));
   if (got < k_header || h.magic != k_magic || h.annot > MDSM_RELEASE_NT ||
-      (h.inline_cinfo && h.cinfo_len > k_inline_cinfo)) [[unlikely]]
+      (h.inline_cinfo && h.cinfo_len > (h.side_data ? k_inline_cinfo_side : k_inline_cinfo))) [[unlikely]]
     return check_header(h, got, comm, st);
   // Open MPI 4.1.4 reports a truncated message's whole size: what arrived is what fitted.
   const std::size_t data = std::min(static_cast<std::size_t>(got - k_header), bytes);

@@ -25,13 +25,13 @@
 #include <cstring>
 #include <deque>
 #include <memory>
-#include <new>
-#include <utility>
-#include <vector>
 #include <mutex>
+#include <new>
 #include <optional>
 #include <span>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace mdsm::mpi_ext {
 

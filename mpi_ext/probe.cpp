@@ -3,8 +3,8 @@
 // A large message's data travels on the side channel (ext.hpp), so what a probe finds on the
 // user's communicator is the header alone, whose size says nothing of the user's count. A probe
 // that finds a message of exactly a header's size therefore takes it out of MPI (a matched probe,
-// then MPI_Mrecv), reads the header and, for a large message, probes the side channel for the
-// data's size. The header then waits in the communicator's stash for the receive that follows:
+// then MPI_Mrecv), reads the header and, for a large message, the data's size it states. The
+// header then waits in the communicator's stash for the receive that follows:
 // every receive form takes from the stash first (post_recv; the fast paths go to it while
 // any_stashed()). Any other message keeps MPI's own probe: its size tells the count and it stays
 // in MPI, where its order is MPI's.
@@ -40,57 +40,27 @@ int probe_mpi(const detail::runtime& rt, int source, int tag, MPI_Comm comm, boo
   return rc;
 }
 
-enum class found { none, yes, not_yet, gone };
+enum class found { none, yes };
 
 // The first stashed message that (source, tag) match, as a probe reports it: its status with the
-// user's count. For a large message that count is the side-channel data's: probed there, blocking
-// or not (not_yet). gone: another thread received the message meanwhile.
-found from_stash(context& c, MPI_Comm comm, int source, int tag, bool block, MPI_Status* st, int& rc) {
+// user's count. A large message's count is its data's, which its header states (ext.hpp,
+// side_bytes): the data itself may still be on its way.
+found from_stash(context& c, int source, int tag, MPI_Status* st) {
   comm_state& cs = *c.cs;
-  header h;
-  {
-    std::lock_guard lk(cs.stash_mu);
-    auto it = cs.stash.begin();
-    while (it != cs.stash.end() && !matches(*it, source, tag)) ++it;
-    if (it == cs.stash.end()) return found::none;
-    *st = it->status;
-    if (!it->received) {  // a whole message, still in MPI: its size tells
-      const std::size_t bytes = net::received_bytes(it->status);
-      set_received_bytes(st, static_cast<MPI_Count>(probed_data(bytes)));
-      return found::yes;
-    }
-    h = it->h;
-  }
-  if (h.magic != k_magic || !h.side_data) {  // no data (or no MDSM message: the receive reports it)
+  std::lock_guard lk(cs.stash_mu);
+  auto it = cs.stash.begin();
+  while (it != cs.stash.end() && !matches(*it, source, tag)) ++it;
+  if (it == cs.stash.end()) return found::none;
+  *st = it->status;
+  if (!it->received) {  // a whole message, still in MPI: its size tells
+    const std::size_t bytes = net::received_bytes(it->status);
+    set_received_bytes(st, static_cast<MPI_Count>(probed_data(bytes)));
+  } else if (it->h.magic != k_magic || !it->h.side_data) {  // no data (or no MDSM message: the receive reports it)
     set_received_bytes(st, 0);
-    return found::yes;
+  } else {
+    set_received_bytes(st, static_cast<MPI_Count>(side_bytes(it->h)));
   }
-  // The sender sent the data to this rank's mdsm rank right after the header: it is on its way. A
-  // blocking probe polls, so that it notices when another thread takes the header and its data.
-  const int peer = cs.mdsm_rank(st->MPI_SOURCE);
-  const int data_tag = static_cast<int>(h.side_tag + 1);
-  for (;;) {
-    MPI_Status side;
-    int flag = 0;
-    rc = PMPI_Iprobe(peer, data_tag, c.rt->mpi_ext_comm, &flag, &side);
-    if (rc != MPI_SUCCESS) {
-      PMPI_Comm_call_errhandler(comm, rc);  // the side channel's errors return
-      return found::yes;
-    }
-    if (flag) {
-      set_received_bytes(st, static_cast<MPI_Count>(net::received_bytes(side)));
-      return found::yes;
-    }
-    if (!block) return found::not_yet;
-    {
-      std::lock_guard lk(cs.stash_mu);
-      bool still = false;
-      for (const auto& e : cs.stash)
-        still = still || (e.received && e.h.side_tag == h.side_tag && e.status.MPI_SOURCE == st->MPI_SOURCE);
-      if (!still) return found::gone;
-    }
-    if (!may_block(*c.rt)) c.rt->progress->poll_once();
-  }
+  return found::yes;
 }
 
 // MDSM_Probe (block) and MDSM_Iprobe.
@@ -101,18 +71,10 @@ int probe(int source, int tag, MPI_Comm comm, bool block, int* flag, MPI_Status*
     MPI_Status st;
     int rc = MPI_SUCCESS;
     // A stashed message matched before anything still in MPI.
-    if (any_stashed()) {
-      const found f = from_stash(c, comm, source, tag, block, &st, rc);
-      if (f == found::gone) continue;
-      if (f == found::not_yet) {
-        *flag = 0;
-        return MPI_SUCCESS;
-      }
-      if (f == found::yes) {
-        *flag = 1;
-        if (status != MPI_STATUS_IGNORE) *status = st;
-        return rc;
-      }
+    if (any_stashed() && from_stash(c, source, tag, &st) == found::yes) {
+      *flag = 1;
+      if (status != MPI_STATUS_IGNORE) *status = st;
+      return MPI_SUCCESS;
     }
     rc = probe_mpi(*c.rt, source, tag, comm, block, flag, &st);
     if (rc != MPI_SUCCESS || !*flag) return rc;

@@ -48,7 +48,8 @@ struct queue_state final : object {
         turnaround_ns(served.size(), k_first_turnaround_ns),
         active(served.size(), true) {}
   static constexpr std::int64_t k_first_turnaround_ns = 100'000;  // until one is measured
-  static constexpr std::int64_t k_first_patience_ns = 5'000'000;   // for a round's first request
+  // A rank whose next request has not come for this long has stopped popping for now.
+  static constexpr std::int64_t k_away_ns = 5'000'000;
   const work_queue::order order;
   // Manager (guarded by mu).
   std::deque<stored_message> items;
@@ -106,8 +107,9 @@ void finish_round_locked(queue_state& s) {
   s.round_start_ns = 0;
 }
 
-// Manager: is some rank that pops this round behind the manager, its next request not in yet,
-// and still within its patience (see "Fair turns")? Marks a rank past it inactive (mu held).
+// Manager: must its pop wait for some rank that pops this round, is behind the manager and
+// whose next request is not in yet (see "Fair turns")? Marks a rank away too long inactive
+// (mu held).
 bool someone_behind_locked(queue_state& s, int me) {
   if (s.items.empty()) return false;  // nothing to take now: the manager's pop waits in line
   const std::int64_t now = object::now_ns();
@@ -115,20 +117,25 @@ bool someone_behind_locked(queue_state& s, int me) {
   const std::uint64_t mine = s.served[static_cast<std::size_t>(me)];
   for (std::size_t r = 0; r < s.served.size(); ++r) {
     if (static_cast<int>(r) == me || !s.active[r] || s.served[r] >= mine) continue;
-    // Patience: twice its last turnaround, at least 200 us (a rank of an oversubscribed host may
-    // wait a while for a core), at most 1 ms (a rank that takes longer computes: it is not
-    // starved, and waiting for it would only idle the manager). A rank not served yet this
-    // round is waited for from the manager's first pop: its first request may be on its way.
-    // Its first request of a round gets 5 ms: a rank of a busy host may be off its core longer.
+    // Away since its last item (a rank not served yet this round: since the manager's first
+    // pop, its first request may be on its way). Past k_away_ns it has stopped popping for now
+    // (it computes, or does something else): inactive until its next request, not waited for.
     const bool first = s.forwarded_ns[r] == 0;
-    const std::int64_t patience =
-        first ? queue_state::k_first_patience_ns : std::clamp<std::int64_t>(2 * s.turnaround_ns[r], 200'000, 1'000'000);
-    const std::int64_t since = first ? s.round_start_ns : s.forwarded_ns[r];
-    if (now - since > patience) {
-      s.active[r] = false;  // it stopped popping for now; its next request makes it active again
+    const std::int64_t away = now - (first ? s.round_start_ns : s.forwarded_ns[r]);
+    if (away > queue_state::k_away_ns) {
+      s.active[r] = false;
       continue;
     }
-    return true;
+    // Until then the manager may move ahead of it by one item per turn, a turn being twice its
+    // last turnaround (200 us - 1 ms: a rank that takes longer per item computes, and waiting
+    // longer for it would only idle the manager). So a rank that lost its core for a while, or
+    // sits behind a slow network, misses a few turns, not the queue: with a patience per item
+    // instead (wait one turn, then treat it as inactive), the manager emptied a queue of
+    // zero-cost items while such a rank was away (7 of 10,000 items for one rank of 4 on an
+    // oversubscribed host).
+    const std::int64_t turn = std::clamp<std::int64_t>(2 * s.turnaround_ns[r], 200'000, 1'000'000);
+    const auto lead = static_cast<std::int64_t>(mine - s.served[r]);
+    if (lead * turn > away) return true;
   }
   return false;
 }

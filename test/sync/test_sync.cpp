@@ -691,6 +691,35 @@ TEST_CASE("work queue: items that take no time are shared between the manager an
   world_barrier();
 }
 
+TEST_CASE("work queue: poppers slower than the manager still get a share", "[sync][np2+]") {
+  // Every remote rank spends 2 ms after each item (off its core, or computing) while the
+  // manager's items take no time. With a patience per item (wait one turn for a rank, then treat
+  // it as inactive until its next request) the manager emptied the queue while they were away
+  // (299 of 300 items at 2 ranks); it may now move ahead of a rank by one item per turn (twice
+  // the rank's turnaround, at most 1 ms), so each slow rank keeps about half of the manager's
+  // count (asserted: a quarter).
+  session s;
+  const int me = mdsm::rank();
+  constexpr int k_items = 300;
+  mdsm::work_queue q(mdsm::work_queue::order::fifo, 0);
+  if (me == 0)
+    for (int i = 0; i < k_items; ++i) q.push_value(i);
+  world_barrier();
+  long got = 0;
+  while (q.pop_value<int>()) {
+    ++got;
+    if (me != 0) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  CHECK(world_sum(got) == k_items);
+  std::vector<long> all(static_cast<std::size_t>(mdsm::size()));
+  MPI_Allgather(&got, 1, MPI_LONG, all.data(), 1, MPI_LONG, MPI_COMM_WORLD);
+  for (std::size_t r = 1; r < all.size(); ++r) {
+    INFO("manager got " << all[0] << ", rank " << r << " got " << all[r] << " of " << k_items);
+    CHECK(4 * all[r] >= all[0]);
+  }
+  world_barrier();
+}
+
 TEST_CASE("sync misuse returns clear errors", "[sync][np2+]") {
   session s;
   const int me = mdsm::rank(), n = mdsm::size();

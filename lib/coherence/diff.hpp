@@ -82,6 +82,11 @@ struct diff {
   // intervals, and a receiver that applied it once must never apply it again (it would undo
   // newer writes to the same words), so receivers remember the newest serial they applied.
   std::uint32_t serial = 0;
+  // The creator's newest interval closed before the diff was made: the diff (with the creator's
+  // earlier diffs of the unit) holds every write to the unit up to this interval, and possibly
+  // some of later ones. A snapshot attached to an open range holds only the start of that
+  // range, so a piece is never served as holding more than this (encode_pieces_locked).
+  std::uint32_t complete_through = 0;
   std::size_t footprint() const { return sizeof(*this) + bytes.capacity(); }
 };
 using diff_ptr = std::shared_ptr<const diff>;

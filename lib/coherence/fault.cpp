@@ -202,11 +202,12 @@ bool engine::attach_diff_locked(page_entry& pe, diff_ptr d, bool snapshot) {
 }
 
 namespace {
-diff_ptr make_piece(diff_bytes bytes, std::atomic<std::uint32_t>& next_serial) {
+diff_ptr make_piece(diff_bytes bytes, std::atomic<std::uint32_t>& next_serial, std::uint32_t complete_through) {
   if (bytes.empty()) return nullptr;
   auto made = std::make_shared<diff>();
   made->bytes = std::move(bytes);
   made->serial = next_serial.fetch_add(1, std::memory_order_relaxed);
+  made->complete_through = complete_through;
   stats::add(stats::counter::diffs_created);
   stats::add(stats::counter::diff_bytes_created, made->bytes.size());
   return made;
@@ -219,7 +220,9 @@ void engine::make_diff_locked(std::uint32_t u, page_entry& pe) {
   // Stop concurrent writes first: a write racing with this either lands before the protection
   // changes (and is in the diff) or faults and waits for our page lock (and is in the next one).
   if (pe.prot == os::prot::read_write) set_prot_locked(u, pe, os::prot::read);
-  diff_ptr d = make_piece(make_diff(region_.lib_unit(u), pe.twin.get(), region_.unit()), next_diff_serial_);
+  // Every write of the intervals closed so far is in the page now (write-protected above).
+  const std::uint32_t closed = last_closed_.load(std::memory_order_acquire);
+  diff_ptr d = make_piece(make_diff(region_.lib_unit(u), pe.twin.get(), region_.unit()), next_diff_serial_, closed);
   pe.twin.reset();
   add_metadata(-static_cast<std::int64_t>(region_.unit()) + (d ? static_cast<std::int64_t>(d->footprint()) : 0));
   if (std::exchange(pe.speculative, false) && !d) {
@@ -250,7 +253,7 @@ void engine::snapshot_diff_locked(std::uint32_t u, page_entry& pe) {
   // range at an interval whose writes the diff missed: readers acting on that interval's notice
   // would never fetch them.
   const std::uint32_t closed = last_closed_.load(std::memory_order_acquire);
-  diff_ptr d = make_piece(make_diff(region_.lib_unit(u), twin, region_.unit()), next_diff_serial_);
+  diff_ptr d = make_piece(make_diff(region_.lib_unit(u), twin, region_.unit()), next_diff_serial_, closed);
   if (d) pe.speculative = false;
   // The twin takes in exactly the words the diff carries (not the page again: a word written
   // since the compare must stay different from the twin, to be in the next diff).

@@ -100,7 +100,15 @@ std::uint32_t engine::encode_pieces_locked(std::uint32_t u, page_entry& pe, std:
     while (last + 1 < pe.own.size() && holds(last + 1, f.d)) ++last;
     out.put(pe.own[first].first);
     // An open range holds the piece for its closed part so far; it is never asked for more.
-    const std::uint32_t piece_last = std::max(pe.own[first].first, pe.own[last].last_closed(closed));
+    // And a piece holds no more than the writes up to its complete_through: a snapshot made
+    // while a close was making a range open [i, open] but had not yet published i as closed
+    // goes into that range and the one before it, and a later snapshot holds the rest of the
+    // open range. Claiming that range's end would let the requester skip the later snapshot
+    // when it asks for those intervals (a third rank reading rows the writer keeps rewriting
+    // read them stale: apsp hybrid at 3 ranks). (The piece's own first interval is its floor:
+    // a piece of a range opened after its complete_through comes only with a later snapshot.)
+    const std::uint32_t piece_last =
+        std::max(pe.own[first].first, std::min(pe.own[last].last_closed(closed), f.d->complete_through));
     out.put(piece_last);
     held = std::max(held, piece_last);
     out.put(f.d->serial);

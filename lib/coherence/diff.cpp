@@ -548,9 +548,10 @@ std::uint64_t hash_unit(const std::byte* p, std::size_t len) {
 }
 
 std::uint64_t sample_hash_unit(const std::byte* p, std::size_t len) {
-  if (len % 512 != 0) return hash_unit(p, len);
+  constexpr std::size_t k_stride = 2048;  // two cache lines per 4 KiB page (diff.hpp)
+  if (len % k_stride != 0) return hash_unit(p, len);
   std::uint64_t h = 0;
-  for (std::size_t off = 0; off < len; off += 512) h = std::rotl(h, 17) ^ hash_unit(p + off, 64);
+  for (std::size_t off = 0; off < len; off += k_stride) h = std::rotl(h, 17) ^ hash_unit(p + off, 64);
   return h;
 }
 

@@ -108,6 +108,7 @@ bool engine::close_written_interval_locked() {
     units.swap(dirty_);
     any_dirty_.store(false, std::memory_order_relaxed);
     if (any_hot) hot_runs = hot_.current_runs();
+    hot_.closing = index;
     // The hot units taken here are announced in `index`: publish it as closed in the same hold
     // of dirty_mutex_, so that a thread ending a unit's hot range (end_hot_locked, which reads
     // last_closed_ under this lock) either removes the unit before this close takes it, or sees
@@ -115,7 +116,11 @@ bool engine::close_written_interval_locked() {
     // announces the unit. (This close then always creates the record: hot_runs is not empty.)
     if (!hot_runs.empty()) last_closed_.store(index, std::memory_order_release);
   }
-  if (units.empty() && hot_runs.empty()) return false;
+  if (units.empty() && hot_runs.empty()) {
+    std::lock_guard lk(dirty_mutex_);
+    hot_.closing = 0;
+    return false;
+  }
   std::sort(units.begin(), units.end());
   units.erase(std::unique(units.begin(), units.end()), units.end());
   std::vector<unit_run> written;  // units written in this interval that were not hot before it
@@ -196,7 +201,11 @@ bool engine::close_written_interval_locked() {
     }
   }
   std::vector<unit_run> runs = hot_runs.empty() ? std::move(written) : merge_runs(written, hot_runs);
-  if (runs.empty()) return false;
+  if (runs.empty()) {  // nothing joined either (a joining unit is in `written`)
+    std::lock_guard lk(dirty_mutex_);
+    hot_.closing = 0;
+    return false;
+  }
   vt_[static_cast<std::size_t>(rank_)] = index;
   // Release: a thread that loads `index` (acquire) and then reads a unit's contents sees every
   // write of this interval (snapshot_diff_locked relies on it for units that stay writable).
@@ -204,11 +213,17 @@ bool engine::close_written_interval_locked() {
   std::vector<std::pair<std::uint32_t, std::uint32_t>> due;  // (unit, check interval)
   {
     std::lock_guard lk(dirty_mutex_);
+    std::uint32_t added = 0;
     for (std::uint32_t u : joined) {
+      if (std::find(hot_.left_while_joining.begin(), hot_.left_while_joining.end(), u) != hot_.left_while_joining.end())
+        continue;
       hot_.add(u);
       hot_.checks.emplace(index + hot_intervals_, u);  // == the unit's hot_check_at
+      ++added;
     }
-    hot_count_.fetch_add(static_cast<std::uint32_t>(joined.size()), std::memory_order_relaxed);
+    hot_.left_while_joining.clear();
+    hot_.closing = 0;
+    hot_count_.fetch_add(added, std::memory_order_relaxed);
     for (auto it = hot_.checks.begin(); it != hot_.checks.end() && it->first <= index;) {
       due.emplace_back(it->second, it->first);
       it = hot_.checks.erase(it);

@@ -405,8 +405,13 @@ class engine {
     std::vector<unit_run> runs;
     bool runs_stale = false;
     std::multimap<std::uint32_t, std::uint32_t> checks;  // interval -> unit (stale entries skipped)
+    // A close under way (its index, 0 if none) and the units it made open ranges of that left
+    // the hot set before it added them (end_hot_locked): it leaves those out.
+    std::uint32_t closing = 0;
+    std::vector<std::uint32_t> left_while_joining;
     void add(std::uint32_t u);
     void remove(std::uint32_t u);
+    bool contains(std::uint32_t u) const { return (bits[u / 64] >> (u % 64) & 1) != 0; }
     const std::vector<unit_run>& current_runs();
   } hot_;
   std::atomic<std::uint32_t> hot_count_{0};  // units in hot_ (read without the lock at close)

@@ -168,6 +168,20 @@ void engine::end_hot_locked(std::uint32_t u, page_entry& pe) {
   // Under dirty_mutex_: a close running on another thread has either not taken the hot set yet
   // (it will not announce u) or has published its index as closed (close_interval_locked).
   std::lock_guard lk(dirty_mutex_);
+  if (!hot_.contains(u)) {
+    // Joining in a close still under way (another thread: a background collection's diff, a
+    // free): that close made the range open under this page lock and announces the unit in its
+    // index, but has not yet published the index as closed nor added the unit to the hot set.
+    // End the range at that index (its record holds the unit; later writes go into the twin's
+    // next diff, as below) and have the close leave the unit out. Read as "opened after the
+    // newest close" instead, the range was dropped though the record announces it, or ended
+    // one interval short with the unit put in the hot set for good.
+    MDSM_ASSERT(hot_.closing != 0 && range.first <= hot_.closing, "an open range outside the hot set and no close");
+    range.last = hot_.closing;
+    pe.dirty = false;
+    hot_.left_while_joining.push_back(u);
+    return;
+  }
   const std::uint32_t closed = last_closed_.load(std::memory_order_acquire);
   hot_.remove(u);
   hot_count_.fetch_sub(1, std::memory_order_relaxed);

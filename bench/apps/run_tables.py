@@ -483,7 +483,12 @@ def write_csv(rows, runs, out):
 
 
 def plot(rows, apps, out):
-    import matplotlib
+    try:
+        import matplotlib
+    except ImportError:  # after a long run, the tables and CSV files must not be lost to this
+        print("note: no plots: matplotlib is not installed (Debian: python3-matplotlib; ./quickstart installs it)",
+              file=sys.stderr)
+        return []
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 

@@ -108,7 +108,7 @@ bool engine::close_written_interval_locked() {
     units.swap(dirty_);
     any_dirty_.store(false, std::memory_order_relaxed);
     if (any_hot) hot_runs = hot_.current_runs();
-    hot_.closing = index;
+    if (!units.empty() || !hot_runs.empty()) hot_.closing = index;
     // The hot units taken here are announced in `index`: publish it as closed in the same hold
     // of dirty_mutex_, so that a thread ending a unit's hot range (end_hot_locked, which reads
     // last_closed_ under this lock) either removes the unit before this close takes it, or sees
@@ -116,11 +116,7 @@ bool engine::close_written_interval_locked() {
     // announces the unit. (This close then always creates the record: hot_runs is not empty.)
     if (!hot_runs.empty()) last_closed_.store(index, std::memory_order_release);
   }
-  if (units.empty() && hot_runs.empty()) {
-    std::lock_guard lk(dirty_mutex_);
-    hot_.closing = 0;
-    return false;
-  }
+  if (units.empty() && hot_runs.empty()) return false;
   std::sort(units.begin(), units.end());
   units.erase(std::unique(units.begin(), units.end()), units.end());
   std::vector<unit_run> written;  // units written in this interval that were not hot before it

@@ -15,6 +15,10 @@ the machine lock (an exclusive flock on /tmp/mdsm-machine.lock) and first waits,
 program prints MDSM_APP and MDSM_APP_RANK lines (apps/common/report.hpp), which are all this
 script reads. Exits non-zero if any run crashed, timed out, printed no result or failed
 verification. Raw output of every run goes to DIR/logs/.
+
+With 2 ranks at the realistic sizes (or --ceiling), each repetition also runs bench/compute_spread
+once at 2 ranks: the speedup of two ranks that never communicate, the machine's ceiling in the
+same run. The script then checks issue 20's targets (TARGETS) as written and relative to it.
 """
 
 import argparse
@@ -49,6 +53,31 @@ MPI_VERSION = "mpi"
 DEMO = ("water", ["lock", "hybrid", "mpi"], ["--size=1728", "--steps=30"])
 
 LOCK_FILE = "/tmp/mdsm-machine.lock"
+
+# The ceiling (--ceiling): bench/compute_spread, one round per repetition at 2 ranks, SOR's kernel
+# over the table's SOR grid with no communication at all: the speedup this machine gives two ranks
+# that never communicate, measured side by side with the applications (docs/APPS_numeric.md).
+CEILING = ("bench/compute_spread", ["2048", "250", "1"])
+
+# Issue 20's targets at 2 ranks. ("speedup", app, versions, T): the speedup is at least T;
+# ("mpi", app, versions, f): at least f times the plain-MPI reference's speedup in the same run;
+# versions None means every mdsm version. A speedup target T is also checked relative to the
+# ceiling c measured in the same run: at least T * min(c, 2) / 2 (the same share of what two ranks
+# can reach here as T is of 2), except T <= 1 (never slower than one rank), which stays as it is.
+TARGETS = [
+    ("speedup", "sor", ["barrier", "hybrid"], 1.7),
+    ("speedup", "matmul", ["barrier", "hybrid"], 1.7),
+    ("speedup", "apsp", ["barrier", "hybrid"], 1.7),
+    ("mpi", "sor", None, 0.9),
+    ("mpi", "matmul", None, 0.9),
+    ("speedup", "water", ["hybrid"], 1.7),
+    ("mpi", "water", ["hybrid"], 0.9),
+    ("speedup", "quicksort", ["hybrid1"], 1.5),
+    ("speedup", "tsp", ["hybrid"], 1.8),
+    ("speedup", None, ["lock"], 1.3),
+    ("speedup", None, None, 1.0),
+]
+
 
 CSV_HEADER = ["app", "version", "ranks", "oversubscribed", "runs", "time_s", "time_min_s", "time_max_s", "speedup",
               "speedup_min", "speedup_max", "messages", "avg_msg_bytes", "diffs", "diff_requests", "verified"]
@@ -88,6 +117,9 @@ def parse_args(argv):
     p.add_argument("--nice", type=int, default=0,
                    help="run the programs at this niceness (negative: ahead of other work; needs root)")
     p.add_argument("--mdsmrun", default=str(REPO / "tools" / "mdsmrun"), help="launcher")
+    p.add_argument("--ceiling", action=argparse.BooleanOptionalAction, default=None,
+                   help="also run compute_spread once per repetition at 2 ranks (the machine's ceiling) and check "
+                        "issue 20's targets against it (default: on for the realistic sizes with 2 ranks)")
     p.add_argument("--extra", default="", help="extra program arguments, after the size, e.g. '--seed=3'")
     a = p.parse_args(argv)
     if a.demo:
@@ -116,6 +148,8 @@ def parse_args(argv):
     if a.quick and a.paper_sizes:
         p.error("--quick and --paper-sizes exclude each other")
     a.build = resolve(a.build)
+    if a.ceiling is None:
+        a.ceiling = 2 in a.ranks and not (a.quick or a.paper_sizes or a.demo or a.size or a.steps)
     a.out = Path(a.out) if a.out else REPO / "bench" / "results"
     return a
 
@@ -238,13 +272,10 @@ def wait_for_idle(args):
 
 # ---- running ------------------------------------------------------------------------------------
 
-def run_once(args, app, version, nranks, repeat):
-    exe = args.build / executable(app, version)
-    cmd = [args.mdsmrun, "-n", str(nranks), str(exe), f"--version={version}"]
-    cmd += size_args(args, app) + shlex.split(args.extra)
-    if args.nice:
-        cmd = ["nice", "-n", str(args.nice)] + cmd
-    log = args.out / "logs" / f"{app}-{version}-{nranks}-{repeat}.log"
+def launch(args, cmd, log):
+    """Runs one timed command under the machine lock, after waiting for the machine to be idle, and
+    writes its output to `log`. Returns (exit code or None if it hung, stdout, stderr, facts about
+    the machine during the run)."""
     t_lock = time.monotonic()
     with machine_lock(not args.no_lock):
         lock_wait = time.monotonic() - t_lock
@@ -283,6 +314,19 @@ def run_once(args, app, version, nranks, repeat):
                f"during the run other work kept {others:.2f} CPUs busy")
     log.write_text(f"$ {shlex.join(cmd)}\n{machine}\n# exit {rc}, {wall:.1f} s wall\n"
                    f"--- stdout\n{out}\n--- stderr\n{err}")
+    facts = {"start_utc": started, "load1": load1, "busy_cpus": busy, "idle_wait_s": waited, "busy": still_busy,
+             "others_cpus": others, "lock_wait_s": lock_wait}
+    return rc, out, err, facts
+
+
+def run_once(args, app, version, nranks, repeat):
+    exe = args.build / executable(app, version)
+    cmd = [args.mdsmrun, "-n", str(nranks), str(exe), f"--version={version}"]
+    cmd += size_args(args, app) + shlex.split(args.extra)
+    if args.nice:
+        cmd = ["nice", "-n", str(args.nice)] + cmd
+    log = args.out / "logs" / f"{app}-{version}-{nranks}-{repeat}.log"
+    rc, out, err, facts = launch(args, cmd, log)
     result, ranks = parse_output(out)
     problem = None
     if rc is None:
@@ -304,10 +348,79 @@ def run_once(args, app, version, nranks, repeat):
             print("    " + tail.replace("\n", "\n    "), file=sys.stderr)
     return {
         "app": app, "version": version, "ranks": nranks, "repeat": repeat, "problem": problem,
-        "result": result, "per_rank": ranks, "time_s": float(result["time_s"]) if result else None,
-        "start_utc": started, "load1": load1, "busy_cpus": busy, "idle_wait_s": waited, "busy": still_busy,
-        "others_cpus": others, "lock_wait_s": lock_wait,
+        "result": result, "per_rank": ranks, "time_s": float(result["time_s"]) if result else None, **facts,
     }
+
+
+def run_ceiling(args, repeat):
+    """One round of compute_spread at 2 ranks: {"repeat", "ratio", "alone_s", "slowest_s"} (None
+    values if it failed)."""
+    exe = args.build / CEILING[0]
+    cmd = [args.mdsmrun, "-n", "2", str(exe)] + CEILING[1]
+    if args.nice:
+        cmd = ["nice", "-n", str(args.nice)] + cmd
+    rc, out, _, facts = launch(args, cmd, args.out / "logs" / f"ceiling-2-{repeat}.log")
+    row = {"repeat": repeat, "ratio": None, "alone_s": None, "slowest_s": None, **facts}
+    # The round's line: "round  alone_s  slowest_s  ideal_speedup".
+    lines = [l.split() for l in out.splitlines()]
+    rounds = [l for l in lines if len(l) == 4 and l[0].isdigit()]
+    if rc == 0 and rounds:
+        row["alone_s"], row["slowest_s"], row["ratio"] = (float(x) for x in rounds[-1][1:])
+    return row
+
+
+def ceiling_summary(ceiling):
+    """(median, min, max) of the ceiling's ratios, or None."""
+    ratios = [c["ratio"] for c in ceiling if c["ratio"] is not None]
+    if not ratios:
+        return None
+    return statistics.median(ratios), min(ratios), max(ratios)
+
+
+def check_targets(rows, ceiling):
+    """Issue 20's targets at 2 ranks, each as written and relative to the ceiling: a list of
+    (label, measured, target, met, relative target or None, met relative)."""
+    two = {(r["app"], r["version"]): r for r in rows if r["ranks"] == 2 and r.get("speedup") is not None}
+    c = ceiling_summary(ceiling)
+    checks = []
+    for kind, app, versions, value in TARGETS:
+        for (a, v), r in sorted(two.items()):
+            if v == MPI_VERSION or (app is not None and a != app) or (versions is not None and v not in versions):
+                continue
+            if kind == "speedup":
+                # "No slower than one rank" is not scaled: it is what a second rank must never cost.
+                rel = value if value <= 1.0 else value * min(c[0], 2.0) / 2.0 if c else None
+                label = f"{a} {v}: speedup >= {value:g}"
+                checks.append((label, r["speedup"], value, r["speedup"] >= value, rel,
+                               rel is not None and r["speedup"] >= rel))
+            else:
+                m = two.get((a, MPI_VERSION))
+                if m is None:
+                    continue
+                want = value * m["speedup"]
+                label = f"{a} {v}: >= {value:g} x plain MPI ({m['speedup']:.2f})"
+                met = r["speedup"] >= want
+                checks.append((label, r["speedup"], want, met, want, met))
+    return checks
+
+
+def print_targets(rows, ceiling):
+    c = ceiling_summary(ceiling)
+    checks = check_targets(rows, ceiling)
+    if not checks:
+        return
+    print("\nIssue 20's targets at 2 ranks (medians)")
+    if c:
+        print(f"ceiling (compute_spread, two ranks that never communicate, {len(ceiling)} rounds interleaved with "
+              f"the apps): {c[0]:.2f} [{c[1]:.2f}-{c[2]:.2f}]; relative target = target x min(ceiling, 2) / 2")
+    head = f"{'target':<44}{'measured':>9}{'target':>8}{'met':>5}{'relative':>10}{'met':>5}"
+    print(head)
+    print("-" * len(head))
+    for label, got, want, met, rel, met_rel in checks:
+        print(f"{label:<44}{got:>9.2f}{want:>8.2f}{'yes' if met else 'no':>5}{fmt(rel, 2):>10}"
+              f"{'yes' if met_rel else 'no':>5}")
+    print(f"met as written: {sum(x[3] for x in checks)} of {len(checks)}; relative to the ceiling: "
+          f"{sum(x[5] for x in checks)} of {len(checks)}")
 
 
 def rank_breakdown(p):
@@ -482,6 +595,15 @@ def write_csv(rows, runs, out):
                         int(r["busy"]), f"{r['others_cpus']:.2f}"])
 
 
+def write_ceiling_csv(ceiling, out):
+    with open(out / "ceiling.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["repeat", "alone_s", "slowest_s", "ideal_speedup", "start_utc", "others_cpus"])
+        for c in ceiling:
+            w.writerow([c["repeat"], c["alone_s"], c["slowest_s"], c["ratio"], c["start_utc"],
+                        f"{c['others_cpus']:.2f}"])
+
+
 def plot(rows, apps, out):
     try:
         import matplotlib
@@ -629,7 +751,10 @@ def main(argv):
             apps_run.append(app)
             plan += [(app, v, n) for v in present for n in args.ranks]
 
-    runs = []
+    runs, ceiling = [], []
+    if args.ceiling and not (args.build / CEILING[0]).is_file():
+        print(f"warning: no {args.build / CEILING[0]} (benchmarks not built): no ceiling", file=sys.stderr)
+        args.ceiling = False
     for repeat in range(args.repeat):
         for app, version, n in plan:
             over = " (oversubscribed)" if n > cpus else ""
@@ -642,13 +767,22 @@ def main(argv):
             if run["others_cpus"] > args.idle_cpus:
                 note += f" (other work during the run: {run['others_cpus']:.1f} CPUs)"
             print(note, flush=True)
+        if args.ceiling:
+            print(f"  [{repeat + 1}/{args.repeat}] ceiling (compute_spread) 2 ranks ...", end="", flush=True)
+            ceiling.append(run_ceiling(args, repeat))
+            got = ceiling[-1]["ratio"]
+            print(f" {got:.2f}" if got is not None else " failed", flush=True)
 
     rows = [summarize(runs, app, version, n) for app, version, n in plan]
     add_speedups(rows)
     print_tables(rows, apps_run)
     print_breakdowns(rows, apps_run)
     print_speedup_chart(rows, apps_run)
+    if args.ceiling:
+        print_targets(rows, ceiling)
     write_csv(rows, runs, args.out)
+    if ceiling:
+        write_ceiling_csv(ceiling, args.out)
     print(f"\nwrote {args.out / 'apps.csv'}, {args.out / 'apps_ranks.csv'} and {args.out / 'apps_runs.csv'}")
     if not args.no_plots and rows:
         for path in plot(rows, apps_run, args.out):

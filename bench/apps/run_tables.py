@@ -421,6 +421,13 @@ def print_targets(rows, ceiling):
               f"{'yes' if met_rel else 'no':>5}")
     print(f"met as written: {sum(x[3] for x in checks)} of {len(checks)}; relative to the ceiling: "
           f"{sum(x[5] for x in checks)} of {len(checks)}")
+    # The same problem at 2 ranks against the plain-MPI reference's time: no 1-rank baseline in it,
+    # whose spread (one rank's time moves by 20-50% here run to run) decides many speedup verdicts.
+    times = {(r["app"], r["version"]): r["time_s"] for r in rows if r["ranks"] == 2 and r.get("time_s")}
+    ratios = [f"{a} {v} {t / times[(a, MPI_VERSION)]:.2f}" for (a, v), t in sorted(times.items())
+              if v != MPI_VERSION and (a, MPI_VERSION) in times]
+    if ratios:
+        print("2-rank time / plain MPI's 2-rank time (medians): " + ", ".join(ratios))
 
 
 def rank_breakdown(p):

@@ -607,8 +607,8 @@ def write_ceiling_csv(ceiling, out):
         w = csv.writer(f)
         w.writerow(["repeat", "alone_s", "slowest_s", "ideal_speedup", "start_utc", "others_cpus"])
         for c in ceiling:
-            w.writerow([c["repeat"], c["alone_s"], c["slowest_s"], c["ratio"], c["start_utc"],
-                        f"{c['others_cpus']:.2f}"])
+            w.writerow([c["repeat"]] + ["" if c[k] is None else c[k] for k in ("alone_s", "slowest_s", "ratio")] +
+                       [c["start_utc"], f"{c['others_cpus']:.2f}"])
 
 
 def plot(rows, apps, out):

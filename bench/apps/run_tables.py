@@ -377,11 +377,11 @@ def ceiling_summary(ceiling):
     return statistics.median(ratios), min(ratios), max(ratios)
 
 
-def check_targets(rows, ceiling):
-    """Issue 20's targets at 2 ranks, each as written and relative to the ceiling: a list of
-    (label, measured, target, met, relative target or None, met relative)."""
+def check_targets(rows, c):
+    """Issue 20's targets at 2 ranks, each as written and relative to the ceiling c (its
+    ceiling_summary, or None): a list of (label, measured, target, met, relative target or None,
+    met relative)."""
     two = {(r["app"], r["version"]): r for r in rows if r["ranks"] == 2 and r.get("speedup") is not None}
-    c = ceiling_summary(ceiling)
     checks = []
     for kind, app, versions, value in TARGETS:
         for (a, v), r in sorted(two.items()):
@@ -389,7 +389,10 @@ def check_targets(rows, ceiling):
                 continue
             if kind == "speedup":
                 # "No slower than one rank" is not scaled: it is what a second rank must never cost.
-                rel = value if value <= 1.0 else value * min(c[0], 2.0) / 2.0 if c else None
+                if value <= 1.0:
+                    rel = value
+                else:
+                    rel = value * min(c[0], 2.0) / 2.0 if c else None
                 label = f"{a} {v}: speedup >= {value:g}"
                 checks.append((label, r["speedup"], value, r["speedup"] >= value, rel,
                                rel is not None and r["speedup"] >= rel))
@@ -406,7 +409,7 @@ def check_targets(rows, ceiling):
 
 def print_targets(rows, ceiling):
     c = ceiling_summary(ceiling)
-    checks = check_targets(rows, ceiling)
+    checks = check_targets(rows, c)
     if not checks:
         return
     print("\nIssue 20's targets at 2 ranks (medians)")

@@ -108,8 +108,9 @@ bool advance(request& r, bool block) {
 }
 
 // The progress thread's turn: finishes what nobody waits for in MDSM_Wait* (plain MPI_Wait).
-void background(void*) {
-  if (g_requests.pending.load(std::memory_order_relaxed) == 0) return;
+// True while requests remain unfinished.
+bool background(void*) {
+  if (g_requests.pending.load(std::memory_order_relaxed) == 0) return false;
   std::vector<std::shared_ptr<request>> todo;
   {
     std::lock_guard lk(g_requests.mu);
@@ -120,6 +121,7 @@ void background(void*) {
     hold h(*r, std::try_to_lock);
     if (h.lk.owns_lock()) advance(*r, false);
   }
+  return g_requests.pending.load(std::memory_order_relaxed) != 0;
 }
 
 // Registers r under a new generalized request, returned in *out.
@@ -135,6 +137,7 @@ int start(context& c, const std::shared_ptr<request>& r, MPI_Request* out) {
     g_requests.live.emplace(r->greq, r);
   }
   g_requests.pending.fetch_add(1, std::memory_order_relaxed);
+  c.rt->progress->background_added();  // a deep nap would not see it for 20 ms
   *out = r->greq;
   return MPI_SUCCESS;
 }

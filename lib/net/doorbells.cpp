@@ -57,6 +57,9 @@ doorbells::doorbells(MPI_Comm comm) {
       PMPI_Barrier(node_);  // initialized before anyone rings
       for (int i = 0; i < node_size; ++i) slots_[static_cast<std::size_t>(ranks[static_cast<std::size_t>(i)])] = &slots[i];
       mine_ = &slots[node_rank];
+      int fence_ok = os::register_heavy_fence() ? 1 : 0, all_fence_ok = 0;
+      PMPI_Allreduce(&fence_ok, &all_fence_ok, 1, MPI_INT, MPI_MIN, node_);
+      heavy_fence_ = all_fence_ok != 0;
       MDSM_ASSERT(reinterpret_cast<std::uintptr_t>(mine_) % alignof(slot) == 0, "doorbell slot not cache-line aligned");
     }
   }
@@ -78,6 +81,8 @@ void doorbells::sleep(std::uint64_t ns) noexcept {
 
 void doorbells::wait(std::uint32_t seen, std::uint64_t ns) noexcept { os::futex_wait(mine_->bell, seen, ns); }
 
+void doorbells::heavy_fence() noexcept { os::heavy_fence(); }
+
 bool doorbells::wait_own(std::uint32_t seen, std::uint64_t ns) noexcept {
   if (ns == k_forever) os::futex_wait_forever(own_word(), seen);
   else os::futex_wait(own_word(), seen, ns);
@@ -93,6 +98,12 @@ void doorbells::ring_slow(slot& s) noexcept {
   s.bell.fetch_add(1, std::memory_order_seq_cst);
   os::futex_wake(s.bell);
   stats::add(stats::counter::doorbells_rung);
+}
+
+void doorbells::knocked(slot& s) noexcept {
+  s.bell.fetch_add(1, std::memory_order_seq_cst);
+  os::futex_wake(s.bell);
+  stats::add(stats::counter::knocks);
 }
 
 }  // namespace mdsm::net

@@ -16,6 +16,21 @@
 // `asleep` (both with full fences), so either the sender rings or the target's last poll sees
 // the frame.
 //
+// Deep naps. A rank whose application computes for long has nothing to serve; its progress
+// thread's timed wake-ups (every 2 ms) then only take the application's core: ~1,000 context
+// switches a second for two ranks, SOR's 250 steps took ~9,400 against MPI's ~700. So after a
+// calm nap of the longest kind, the thread naps deep (net/progress.cpp: 20 ms) and says so in
+// `deep`: then *every* frame sent to it knocks (transport: after each send but credit frames),
+// not only requests, and a one-way frame (a RELEASE to a handler, a forwarded lock request) is
+// taken in at once rather than at the end of the nap. In short naps only requests ring, as
+// before: a contended lock's follow-up frames come within microseconds, and a futex wake-up each
+// would cost more than the short nap does. A knock is on every send, so it must cost next to
+// nothing: `deep` has a cache line of its own, written only on entering and leaving deep naps
+// (`asleep` and `bell` change with every nap and every wake-up, and each change would make the
+// next send's load miss), and it is read without a fence where the host offers asymmetric ones (the
+// target's entry into a deep nap pays for both sides: os::heavy_fence). The knocker clears
+// `deep` (compare-and-swap), so a deep nap is knocked on once however many frames reach it.
+//
 // Ranks on other hosts have no bell: they are served within the nap, as before. If the MPI
 // library cannot make a shared window, nobody has one.
 #pragma once
@@ -38,7 +53,8 @@ class doorbells {
   doorbells(const doorbells&) = delete;
   doorbells& operator=(const doorbells&) = delete;
 
-  // Rings `rank`'s bell if it is on this host and its progress thread sleeps. Any thread.
+  // Rings `rank`'s bell if it is on this host and its progress thread naps. Any thread, after
+  // sending `rank` a frame that expects a reply.
   void ring(int rank) noexcept {
     slot* s = slots_[static_cast<std::size_t>(rank)];
     if (s == nullptr) return;
@@ -46,23 +62,42 @@ class doorbells {
     if (s->asleep.load(std::memory_order_seq_cst) == 0) return;
     ring_slow(*s);
   }
+  // Rings `rank`'s bell if it is on this host and its progress thread naps deep. Any thread,
+  // after sending `rank` any frame (the transport does it).
+  void knock(int rank) noexcept {
+    slot* s = slots_[static_cast<std::size_t>(rank)];
+    if (s == nullptr) return;
+    if (heavy_fence_) std::atomic_signal_fence(std::memory_order_seq_cst);  // the frame's stores stay before the load
+    else std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (s->deep.load(std::memory_order_relaxed) == 0) return;
+    knock_slow(*s);
+  }
 
   // The progress thread's nap: `poll()` (which delivers frames; true if it did) is tried once
-  // after this rank is marked asleep, then the thread sleeps up to `ns` or until rung.
-  // Returns what the last poll returned.
+  // after this rank is marked asleep (deep: any frame knocks), then the thread sleeps up to `ns`
+  // or until rung. Returns true if the poll delivered or the thread was rung or woken: the nap
+  // did not end for want of anything to do.
   template <class Poll>
-  bool nap(std::uint64_t ns, Poll&& poll) {
+  bool nap(std::uint64_t ns, bool deep, Poll&& poll) {
     if (mine_ == nullptr) {
       sleep(ns);
       return false;
     }
     const std::uint32_t seen = mine_->bell.load(std::memory_order_acquire);
     mine_->asleep.store(1, std::memory_order_seq_cst);
+    if (deep) mine_->deep.store(1, std::memory_order_seq_cst);
     std::atomic_thread_fence(std::memory_order_seq_cst);
-    const bool delivered = poll();
-    if (!delivered) wait(seen, ns);
+    // A knock has no fence of its own with heavy fences (knock()): after this barrier every
+    // sender's frame is visible to the poll below, or its later load sees the deep nap.
+    if (deep && heavy_fence_) heavy_fence();
+    bool active = poll();
+    if (!active) {
+      wait(seen, ns);
+      active = mine_->bell.load(std::memory_order_acquire) != seen;
+    }
     mine_->asleep.store(0, std::memory_order_relaxed);
-    return delivered;
+    if (deep && mine_->deep.load(std::memory_order_relaxed) != 0) mine_->deep.store(0, std::memory_order_relaxed);
+    return active;
   }
 
   // Rings `rank`'s bell even if its progress thread does not nap but is parked (it sleeps on its
@@ -112,17 +147,30 @@ class doorbells {
   struct alignas(64) slot {
     std::atomic<std::uint32_t> bell{0};    // the futex word: incremented by each ring
     std::atomic<std::uint32_t> asleep{0};  // the owner's progress thread naps on `bell`
+    alignas(64) std::atomic<std::uint32_t> deep{0};  // ... deeply: every frame knocks (read by every send)
   };
+  // Clears a deep nap's flag and rings, unless another knock (or the wake-up) cleared it first:
+  // then the target is awake or being woken. Clears `asleep` too, so that a request's ring()
+  // right after this knock does not wake it a second time.
+  void knock_slow(slot& s) noexcept {
+    std::uint32_t v = 1;
+    if (!s.deep.compare_exchange_strong(v, 0, std::memory_order_seq_cst)) return;
+    s.asleep.store(0, std::memory_order_seq_cst);
+    knocked(s);
+  }
+  static void heavy_fence() noexcept;
   std::atomic<std::uint32_t>& own_word() const noexcept { return mine_ != nullptr ? mine_->bell : private_bell_; }
   static void sleep(std::uint64_t ns) noexcept;
   void wait(std::uint32_t seen, std::uint64_t ns) noexcept;
   static void ring_slow(slot& s) noexcept;
+  static void knocked(slot& s) noexcept;  // ring_slow, counted as a knock
 
   MPI_Comm node_ = MPI_COMM_NULL;
   MPI_Win win_ = MPI_WIN_NULL;
   std::vector<slot*> slots_;  // by rank of `comm`; nullptr: not on this host
   std::unique_ptr<std::atomic<std::uint64_t>[]> last_nudge_;  // by rank: when this rank last nudged it (ticks)
   slot* mine_ = nullptr;
+  bool heavy_fence_ = false;  // every rank of the host registered for os::heavy_fence
   mutable std::atomic<std::uint32_t> private_bell_{0};  // own_word() without a bell
 };
 

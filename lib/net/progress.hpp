@@ -82,6 +82,12 @@ struct progress_config {
   // wake-ups only cost the application its core (with_bells()).
   static constexpr std::uint64_t k_sleep_max_with_bells_ns = 2'000'000;
   std::uint64_t park_max_ns = 2'000'000;  // longest nap while an application thread waits
+  // A nap that has grown to sleep_max is taken deep, this long, when every rank can knock
+  // (net/doorbells.hpp: then every frame sent here wakes the thread); 0: no deep naps. Only
+  // with_bells() sets it (MDSM_PROGRESS_DEEP_NAP_US overrides).
+  static constexpr std::uint64_t k_deep_nap_with_bells_ns = 20'000'000;
+  std::uint64_t deep_nap_ns = 0;
+  bool deep_nap_explicit = false;  // MDSM_PROGRESS_DEEP_NAP_US was set
   bool bells_everywhere = false;  // every peer rings for its requests (with_bells())
   bool pin = true;
   std::uint64_t wait_deadline_ns = 600'000'000'000;  // 0: waits have no deadline
@@ -206,11 +212,15 @@ class progress {
 
   // A task the progress thread runs on every turn of its loop (parked or not) once set: it
   // finishes work nobody waits for in mdsm (mpi_ext's requests completed by a plain MPI_Wait).
-  // It must return at once when it has nothing to do. Set once, before or while the thread runs.
-  void set_background(void (*fn)(void*), void* ctx) {
+  // It must return at once when it has nothing to do, and returns true while work remains (the
+  // thread then takes no deep nap: no frame may come to end it). Set once, before or while the
+  // thread runs.
+  void set_background(bool (*fn)(void*), void* ctx) {
     background_ctx_.store(ctx, std::memory_order_relaxed);
     background_.store(fn, std::memory_order_release);
   }
+  // The background task has new work: ends a deep nap (after the work is visible to the task).
+  void background_added();
 
  private:
   struct waiter_guard {
@@ -239,6 +249,8 @@ class progress {
   // The wait through the upcalls; false if the calling thread is not the scheduler's.
   bool wait_suspended(bool (*done)(void*), void* ctx);
   void check_blocked_slow();
+  // Runs the background task if one is set; true while it has work left.
+  bool run_background();
   [[noreturn]] void deadline_passed(std::uint64_t waited_ticks);
   // The transport's window waiter: an application thread whose send found dest's credit window
   // full waits here, delivering frames (net/flow.hpp).
@@ -298,7 +310,7 @@ class progress {
   detail::spin_mutex blocked_mu_;
   wait_token* blocked_ = nullptr;  // under blocked_mu_
   std::atomic<std::size_t> blocked_count_{0};
-  std::atomic<void (*)(void*)> background_{nullptr};
+  std::atomic<bool (*)(void*)> background_{nullptr};
   std::atomic<void*> background_ctx_{nullptr};
 };
 

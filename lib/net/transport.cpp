@@ -165,7 +165,8 @@ void transport::send_frame(int dest, std::span<std::byte> frame) {
   }
   if (frame.size() <= k_eager_send_max) {  // no copy
     write_hop(frame.data(), dest, flags);
-    return send_eager(frame.data(), frame.size(), dest);
+    send_eager(frame.data(), frame.size(), dest);
+    return bells_->knock(dest);
   }
   std::memcpy(t_staging.get(frame.size(), inline_max_, *this), frame.data(), frame.size());
   post(frame.size(), dest, flags);
@@ -221,12 +222,15 @@ void transport::send_failed(int rc) { mpi_failed(rc, "MPI_Send"); }
 
 void transport::post(std::size_t len, int dest, std::uint8_t flags, bool never_block) {
   write_hop(t_staging.buffer.get(), dest, flags);
-  if (len <= k_eager_send_max && !never_block) return send_eager(t_staging.buffer.get(), len, dest);
+  if (len <= k_eager_send_max && !never_block) {
+    send_eager(t_staging.buffer.get(), len, dest);
+    return bells_->knock(dest);
+  }
   stats::add(stats::counter::frames_sent);
   stats::add(stats::counter::frame_bytes_sent, len);
   if (len <= inline_max_) {
     isend_staged(len, dest, k_ring_tag);
-    return;
+    return bells_->knock(dest);
   }
   stats::add(stats::counter::large_frames);
   // The announcement is a control frame: the frame's credits were charged for the whole of it,
@@ -241,6 +245,7 @@ void transport::post(std::size_t len, int dest, std::uint8_t flags, bool never_b
   std::lock_guard lk(large_mutex_);
   isend(std::move(announce), sizeof h + sizeof body, dest, k_ring_tag);
   isend_staged(len, dest, k_large_tag);
+  bells_->knock(dest);
 }
 
 void transport::isend_staged(std::size_t len, int dest, int tag) {

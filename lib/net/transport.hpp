@@ -166,6 +166,7 @@ class transport {
     const std::uint8_t flags = claim(dest, 1);
     write_hop(frame, dest, flags);
     send_eager(frame, sizeof h + n, dest, counts);
+    bells_->knock(dest);
   }
 
   // send() for a frame whose sender then waits for an answer (a coherence request): never waits
@@ -206,6 +207,7 @@ class transport {
   std::unique_ptr<std::byte[]> take_spare(std::size_t len, std::size_t& capacity);
 
   // The doorbells of this host's ranks: ring(dest) after sending a frame that expects a reply.
+  // Every frame but a credit frame knocks (wakes dest's progress thread from a deep nap).
   doorbells& bells() noexcept { return *bells_; }
 
   // Frames this rank has sent / received so far (termination detection at finalize).

@@ -2,6 +2,7 @@
 
 #include <ctime>
 #include <linux/futex.h>
+#include <linux/membarrier.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -22,6 +23,19 @@ void futex_wait_forever(std::atomic<std::uint32_t>& word, std::uint32_t expected
 
 void futex_wake(std::atomic<std::uint32_t>& word) noexcept {
   syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAKE, 1, nullptr, nullptr, 0);
+}
+
+bool register_heavy_fence() noexcept {
+  const long offered = syscall(SYS_membarrier, MEMBARRIER_CMD_QUERY, 0, 0);
+  if (offered < 0 || (offered & MEMBARRIER_CMD_GLOBAL_EXPEDITED) == 0 ||
+      (offered & MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED) == 0)
+    return false;
+  return syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED, 0, 0) == 0;
+}
+
+void heavy_fence() noexcept {
+  // Cannot fail once registered (EINVAL only for an unknown command).
+  syscall(SYS_membarrier, MEMBARRIER_CMD_GLOBAL_EXPEDITED, 0, 0);
 }
 
 }  // namespace mdsm::os

@@ -14,6 +14,15 @@ void futex_wait_forever(std::atomic<std::uint32_t>& word, std::uint32_t expected
 // Wakes one thread (of any process) sleeping on `word`.
 void futex_wake(std::atomic<std::uint32_t>& word) noexcept;
 
+// Asymmetric fences between the processes of the host (Linux membarrier, 4.16 and later): a
+// process that registered may replace its full fences on a frequent path by compiler barriers
+// when the rare path of the other side calls heavy_fence(), which has every running thread of
+// every registered process execute a full memory barrier before it returns. Registers this
+// process; false where the kernel does not offer it (then both sides must fence).
+bool register_heavy_fence() noexcept;
+// Pre: register_heavy_fence() returned true in every process whose fences this stands for.
+void heavy_fence() noexcept;
+
 }  // namespace mdsm::os
 
 namespace mdsm::os {

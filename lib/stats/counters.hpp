@@ -70,6 +70,7 @@ namespace mdsm::stats {
   X(waits_suspended_listed, count, "of those: sum of the waits suspended at each (itself too)") \
   X(doorbells_rung, count, "sleeping progress threads of this host woken for a request")        \
   X(nudges, count, "parked progress threads nudged for a request unanswered for 50 us")          \
+  X(knocks, count, "progress threads of this host woken from a deep nap for any frame")          \
   X(intervals_created, count, "intervals closed by this rank")                                   \
   X(intervals_received, count, "interval records learned from other ranks")                      \
   X(interval_fetches, count, "fetches of missing interval records")                              \

@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <thread>
 #include <cstring>
 #include <mutex>
@@ -325,6 +326,37 @@ TEST_CASE("a paused progress thread delivers nothing; resumed, it delivers while
   if (me == 1) {
     MPI_Recv(&token, 1, MPI_INT, 0, 98, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
     mdsm::send_value(0, h, 10, annotation::none);
+  }
+  world_barrier();
+}
+
+TEST_CASE("one-way messages wake a progress thread that naps deep while its application computes",
+          "[mpi][progress][np2+]") {
+  // Deep naps of a minute (net/doorbells.hpp): only the senders' knocks can end them within this
+  // test. Rank 0 computes without entering mdsm for up to 30 s while its progress thread naps;
+  // every other rank sends it, once those naps have grown deep, a NONE and a RELEASE message
+  // (one-way: neither expects a reply, so neither rings as a request does).
+  ::setenv("MDSM_PROGRESS_DEEP_NAP_US", "60000000", 1);
+  session s;
+  ::unsetenv("MDSM_PROGRESS_DEEP_NAP_US");
+  const int me = mdsm::rank();
+  const int n = mdsm::size();
+  std::atomic<int> got{0};
+  auto h = mdsm::register_handler("test.deep", [&](mdsm::message& m) {
+    if (m.annot() == annotation::release) m.accept();
+    got += m.as<int>();
+  });
+  world_barrier();
+  if (me != 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // rank 0's naps grow to deep ones
+    mdsm::send_value(0, h, 1, annotation::none);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // deep again after the first
+    mdsm::send_value(0, h, 100, annotation::release);
+  } else {
+    const int want = 101 * (n - 1);
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (got.load() != want && std::chrono::steady_clock::now() < give_up) std::this_thread::yield();
+    CHECK(got.load() == want);  // delivered by the knocked progress thread, not by us
   }
   world_barrier();
 }

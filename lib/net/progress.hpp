@@ -82,9 +82,9 @@ struct progress_config {
   // wake-ups only cost the application its core (with_bells()).
   static constexpr std::uint64_t k_sleep_max_with_bells_ns = 2'000'000;
   std::uint64_t park_max_ns = 2'000'000;  // longest nap while an application thread waits
-  // A nap that has grown to sleep_max is taken deep, this long, when every rank can knock
-  // (net/doorbells.hpp: then every frame sent here wakes the thread); 0: no deep naps. Only
-  // with_bells() sets it (MDSM_PROGRESS_DEEP_NAP_US overrides).
+  // After a calm sleep_max nap (nothing came, no wait begun) the naps are deep, this long, when
+  // every rank can knock (net/doorbells.hpp: then every frame sent here wakes the thread); 0:
+  // no deep naps. Only with_bells() sets it (MDSM_PROGRESS_DEEP_NAP_US overrides).
   static constexpr std::uint64_t k_deep_nap_with_bells_ns = 20'000'000;
   std::uint64_t deep_nap_ns = 0;
   bool deep_nap_explicit = false;  // MDSM_PROGRESS_DEEP_NAP_US was set

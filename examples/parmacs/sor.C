@@ -92,6 +92,7 @@ static void SlaveStart(void) {
 }
 
 int main(int argc, char** argv) {
+  unsigned long t0, t1; /* CLOCK: wall-clock microseconds around the parallel section */
   long i, k, row, col, q, total = 0, expect = 0, cells = 0;
   double sum = 0.0, *ref;
   long* refc;
@@ -124,9 +125,11 @@ int main(int argc, char** argv) {
   memset(charge, 0, cells * sizeof(long));
   memset(u, 0, cells * sizeof(double));
 
+  CLOCK(t0)
   for (i = 1; i < P; ++i) CREATE(SlaveStart)
   SlaveStart();
   WAIT_FOR_END(P - 1)
+  CLOCK(t1)
 
   for (i = 0; i < cells; ++i) {
     total += charge[i];
@@ -138,6 +141,7 @@ int main(int argc, char** argv) {
   }
   memcpy(&bits, &sum, sizeof bits);
   printf("parmacs_sor: %ld processes\n", P);
+  printf("time: %.3f s (the parallel section)\n", (double)(t1 - t0) / 1e6);
   printf("result: n=%ld particles=%ld iterations=%ld charge=%ld checksum=%.17g bits=%016llx change=%.17g\n", n, m,
          iters, total, sum, bits, gl->change);
 

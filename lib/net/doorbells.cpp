@@ -94,16 +94,10 @@ void doorbells::wake_own() noexcept {
   os::futex_wake(own_word());
 }
 
-void doorbells::ring_slow(slot& s) noexcept {
+void doorbells::ring_slow(slot& s, stats::counter counted) noexcept {
   s.bell.fetch_add(1, std::memory_order_seq_cst);
   os::futex_wake(s.bell);
-  stats::add(stats::counter::doorbells_rung);
-}
-
-void doorbells::knocked(slot& s) noexcept {
-  s.bell.fetch_add(1, std::memory_order_seq_cst);
-  os::futex_wake(s.bell);
-  stats::add(stats::counter::knocks);
+  stats::add(counted);
 }
 
 }  // namespace mdsm::net

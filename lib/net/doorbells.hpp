@@ -35,6 +35,8 @@
 // library cannot make a shared window, nobody has one.
 #pragma once
 
+#include "stats/counters.hpp"
+
 #include <mpi.h>
 
 #include <algorithm>
@@ -156,14 +158,14 @@ class doorbells {
     std::uint32_t v = 1;
     if (!s.deep.compare_exchange_strong(v, 0, std::memory_order_seq_cst)) return;
     s.asleep.store(0, std::memory_order_seq_cst);
-    knocked(s);
+    ring_slow(s, stats::counter::knocks);
   }
   static void heavy_fence() noexcept;
   std::atomic<std::uint32_t>& own_word() const noexcept { return mine_ != nullptr ? mine_->bell : private_bell_; }
   static void sleep(std::uint64_t ns) noexcept;
   void wait(std::uint32_t seen, std::uint64_t ns) noexcept;
-  static void ring_slow(slot& s) noexcept;
-  static void knocked(slot& s) noexcept;  // ring_slow, counted as a knock
+  // Wakes the slot's thread; `counted` says why (a ring, a nudge: doorbells_rung; a knock).
+  static void ring_slow(slot& s, stats::counter counted = stats::counter::doorbells_rung) noexcept;
 
   MPI_Comm node_ = MPI_COMM_NULL;
   MPI_Win win_ = MPI_WIN_NULL;

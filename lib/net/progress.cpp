@@ -424,7 +424,8 @@ void progress::thread_main() {
       // this thread marked the nap is knocked for (background_added), before it is seen here.
       rung = transport_.bells().nap(deep ? cfg_.deep_nap_ns : nap, deep, [&] {
         const bool delivered = try_poll(k_batch, true);
-        return deep && run_background() ? true : delivered;
+        const bool background_work = deep && run_background();
+        return delivered || background_work;
       });
     } catch (const error& e) {
       detail::defer_error(e);

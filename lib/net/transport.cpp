@@ -222,15 +222,17 @@ void transport::send_failed(int rc) { mpi_failed(rc, "MPI_Send"); }
 
 void transport::post(std::size_t len, int dest, std::uint8_t flags, bool never_block) {
   write_hop(t_staging.buffer.get(), dest, flags);
-  if (len <= k_eager_send_max && !never_block) {
-    send_eager(t_staging.buffer.get(), len, dest);
-    return bells_->knock(dest);
-  }
+  send_staged_frame(len, dest, never_block);
+  bells_->knock(dest);
+}
+
+void transport::send_staged_frame(std::size_t len, int dest, bool never_block) {
+  if (len <= k_eager_send_max && !never_block) return send_eager(t_staging.buffer.get(), len, dest);
   stats::add(stats::counter::frames_sent);
   stats::add(stats::counter::frame_bytes_sent, len);
   if (len <= inline_max_) {
     isend_staged(len, dest, k_ring_tag);
-    return bells_->knock(dest);
+    return;
   }
   stats::add(stats::counter::large_frames);
   // The announcement is a control frame: the frame's credits were charged for the whole of it,
@@ -245,7 +247,6 @@ void transport::post(std::size_t len, int dest, std::uint8_t flags, bool never_b
   std::lock_guard lk(large_mutex_);
   isend(std::move(announce), sizeof h + sizeof body, dest, k_ring_tag);
   isend_staged(len, dest, k_large_tag);
-  bells_->knock(dest);
 }
 
 void transport::isend_staged(std::size_t len, int dest, int tag) {

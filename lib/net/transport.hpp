@@ -272,6 +272,8 @@ class transport {
   // Sends the frame of `len` bytes in this thread's staging buffer (see transport.cpp); its
   // credits are claimed and its per-hop fields written. `flags`: claim's result.
   void post(std::size_t len, int dest, std::uint8_t flags, bool never_block = false);
+  // post() without the per-hop fields and the knock: the staged frame to MPI, by its size.
+  void send_staged_frame(std::size_t len, int dest, bool never_block);
   void isend_staged(std::size_t len, int dest, int tag);
   // Returns the buffer if the send completed at once (free for reuse), nullptr if it travels
   // with the request on the in-flight list.

@@ -177,8 +177,9 @@ class engine {
   bool validate(std::uint32_t u, access how);
   // Makes a valid unit's writes recorded (twin, dirty list, hot detection); the caller opens it.
   void begin_write_locked(std::uint32_t u, page_entry& pe);
-  // After a write fault on valid unit u: if it continues a run of write faults, makes the next
-  // units writable with it (speculatively, page_entry::speculative). No page lock held.
+  // After a write fault on valid unit u: if the units before u are writable (a walk writing
+  // them), makes the next units writable with it (speculatively, page_entry::speculative). No
+  // page lock held.
   void write_ahead(std::uint32_t u);
   void make_writable_locked(std::uint32_t u, page_entry& pe);
   // Makes the lazy diff of the twin's unit (the twin is dropped, the unit write-protected, a hot
@@ -395,9 +396,6 @@ class engine {
   // Counts units_freed calls (bumped before it looks at any unit): a prefetch that started
   // before a free installs nothing (end_prefetch).
   std::atomic<std::uint32_t> freed_epoch_{0};
-  // write_ahead's counterparts: the unit after the last run made writable, and its length.
-  std::atomic<std::uint32_t> write_next_{~0u};
-  std::atomic<std::uint32_t> write_window_{0};
   // The hot set: units announced in every interval without a visit (dirty_mutex_). A bit per
   // unit, the runs they form (rebuilt at a close after a change), and when each is checked.
   struct hot_set {

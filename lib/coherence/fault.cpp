@@ -106,37 +106,42 @@ void engine::make_writable_locked(std::uint32_t u, page_entry& pe) {
 
 void engine::write_ahead(std::uint32_t u) {
   // A program writing a block it owns (its rows of C, its half of a grid on the first sweep)
-  // takes a write fault per unit, each a trap, a twin and an mprotect. A write fault on the unit
-  // right after the previous run means such a walk: make the next units writable with it, the
-  // window doubling from k_write_min up to k_write_max as gather_neighbours reads ahead; any
-  // other write fault only notes where a run would continue. Units made writable ahead are
-  // twinned and dirty but `speculative`: the close compares each with its twin and announces
-  // only those written (close_interval_locked), so overshooting the end of a block costs a twin
-  // and a compare per unit, never a write notice.
+  // takes a write fault per unit, each a trap, a twin and an mprotect. A write fault on a unit
+  // right after units already writable means such a walk: make the next units writable with
+  // it, twice as many as the walk has covered so far (from k_write_min up to k_write_max); a
+  // write fault after a unit not writable makes nothing writable ahead. The walk is read off the
+  // units behind u, not remembered, so several walks at once (a radix sort's scatter into one
+  // bucket per digit, a loop writing two arrays) each get their window. Units made writable
+  // ahead are twinned and dirty but `speculative`: the close compares each with its twin and
+  // announces only those written (close_interval_locked), so overshooting the end of a block
+  // costs a twin and a compare per unit, never a write notice.
   constexpr std::uint32_t k_write_min = 8, k_write_max = 64;
   if (size_ == 1) return;  // alone: units are plain read-write memory, no write faults
-  const bool continues = u == write_next_.load(std::memory_order_relaxed);
-  const std::uint32_t window =
-      continues ? std::clamp(2 * write_window_.load(std::memory_order_relaxed), k_write_min, k_write_max) : 0;
-  write_window_.store(window, std::memory_order_relaxed);
-  std::uint32_t v = u + 1;
-  {
-    protection_batch opened = protections();
-    for (; v < region_.units() && v - u <= window; ++v) {
-      bool taken = false;
-      opened.visit(v, [&](page_entry& pe) -> unit_protection {
-        if (pe.state != page_state::valid || pe.prot != os::prot::read || pe.twin || pe.dirty || pe.hot || pe.fetching)
-          return {pe.prot};
-        begin_write_locked(v, pe);
-        pe.speculative = true;
-        taken = true;
-        return {os::prot::read_write};
-      });
-      if (!taken) break;
-      stats::add(stats::counter::write_ahead_units);
-    }
+  std::uint32_t behind = 0;
+  while (behind < k_write_max && behind < u) {
+    const std::uint32_t w = u - behind - 1;
+    const page_entry* pe = pages_.find(w);  // no entry: nobody wrote it (and none is made here)
+    if (pe == nullptr) break;
+    std::lock_guard lk(pages_.lock_of(w));
+    if (pe->prot != os::prot::read_write) break;
+    ++behind;
   }
-  write_next_.store(v, std::memory_order_relaxed);
+  if (behind == 0) return;
+  const std::uint32_t window = std::clamp(2 * behind, k_write_min, k_write_max);
+  protection_batch opened = protections();
+  for (std::uint32_t v = u + 1; v < region_.units() && v - u <= window; ++v) {
+    bool taken = false;
+    opened.visit(v, [&](page_entry& pe) -> unit_protection {
+      if (pe.state != page_state::valid || pe.prot != os::prot::read || pe.twin || pe.dirty || pe.hot || pe.fetching)
+        return {pe.prot};
+      begin_write_locked(v, pe);
+      pe.speculative = true;
+      taken = true;
+      return {os::prot::read_write};
+    });
+    if (!taken) break;
+    stats::add(stats::counter::write_ahead_units);
+  }
 }
 
 void engine::begin_write_locked(std::uint32_t u, page_entry& pe) {

@@ -1515,6 +1515,43 @@ TEST_CASE("litmus 46: a unit made writable ahead, then invalidated and read, ann
   b.arrive_and_wait();
 }
 
+TEST_CASE("litmus 54: walks written in turn each get their write-ahead; overshoots into another writer's units announce nothing",
+          "[mpi][litmus][np2+]") {
+  // Rank 0 writes four runs of 30 pages in turn, a page of each run after the other (as a radix
+  // sort scatters into one bucket per digit): each run's write faults make its next units
+  // writable ahead although the faults of the four runs alternate, so far fewer than 120 write
+  // faults happen. The windows overshoot each run's end into pages 30-49 of its stretch of 50,
+  // where rank 1 writes other words at the same time: exactly 120 notices from rank 0, and both
+  // ranks read both ranks' words.
+  session s;
+  constexpr int runs = 4, stretch = 50, run_pages = 30, pages = runs * stretch;
+  int* a = mdsm::alloc_collective_array<int>(pages * k_words_per_page);
+  auto at = [&](int page, int word) -> int& { return a[page * k_words_per_page + word]; };
+  const int me = mdsm::rank();
+  for (int p = 0; p < pages; ++p) (void)at(p, 0);  // valid read-only copies everywhere
+  mdsm::barrier b;
+  b.arrive_and_wait();
+  const auto faults = stat("write_faults"), ahead = stat("write_ahead_units"), notices = stat("write_notices_created");
+  if (me == 0) {
+    for (int i = 0; i < run_pages; ++i)
+      for (int r = 0; r < runs; ++r) at(r * stretch + i, 3) = r * 1000 + i + 1;
+    CHECK(stat("write_faults") - faults < 40);  // 120 with one walk remembered at a time
+    CHECK(stat("write_ahead_units") - ahead >= 80);
+  } else if (me == 1) {
+    for (int r = 0; r < runs; ++r)
+      for (int i = run_pages; i < stretch; ++i) at(r * stretch + i, 5) = -(r * 1000 + i);
+  }
+  b.arrive_and_wait();
+  if (me == 0) CHECK(stat("write_notices_created") - notices == runs * run_pages);
+  for (int r = 0; r < runs; ++r)
+    for (int i = 0; i < stretch; ++i) {
+      const int p = r * stretch + i;
+      REQUIRE(at(p, 3) == (i < run_pages ? r * 1000 + i + 1 : 0));
+      REQUIRE(at(p, 5) == (i < run_pages ? 0 : -(r * 1000 + i)));
+    }
+  b.arrive_and_wait();
+}
+
 TEST_CASE("litmus 47: the window ahead of a walk (prefetch) with notices, a free and a collection while in flight",
           "[mpi][litmus][np2+]") {
   // Rank 1 walks rank 0's pages; each fault that continues the walk asks for the next window

@@ -17,6 +17,10 @@
 //                           (docs/BENCHMARKS.md)
 //   put16/<N> MPI_Put       16 MPI_Put of N bytes to consecutive places, one MPI_Win_flush
 //             mdsm_put_nb   16 mdsm::put_nb, then 16 wait()
+//   fetch_add MPI_Fetch_and_op  MPI_SUM on a 64-bit word + MPI_Win_flush(1)
+//             mdsm_fetch_add    mdsm::fetch_add(1, ...)
+//   compare_swap MPI_Compare_and_swap  + MPI_Win_flush(1)
+//             mdsm_compare_swap      mdsm::compare_swap(1, ...)
 // Every variant of a size runs once per round, rounds interleaved (bench_report.hpp); each row
 // reports the median over rounds and the median of the per-round ratios to the baseline.
 // Note: over TCP Open MPI 4.1's RMA windows fail with MPI_THREAD_MULTIPLE (osc/pt2pt refuses it,
@@ -68,15 +72,30 @@ void meet() {
   });
 }
 
-enum class op { mpi_put, mpi_get, mdsm_put, mdsm_get, mdsm_get_nc, mpi_put16, mdsm_put16 };
+enum class op {
+  mpi_put,
+  mpi_get,
+  mdsm_put,
+  mdsm_get,
+  mdsm_get_nc,
+  mpi_put16,
+  mdsm_put16,
+  mpi_fetch_add,
+  mdsm_fetch_add,
+  mpi_compare_swap,
+  mdsm_compare_swap
+};
 
 void run(benchmark::State& state, op o, long bytes) {
-  const bool mpi = o == op::mpi_put || o == op::mpi_get || o == op::mpi_put16;
+  const bool mpi = o == op::mpi_put || o == op::mpi_get || o == op::mpi_put16 || o == op::mpi_fetch_add ||
+                   o == op::mpi_compare_swap;
   if (mpi) mdsm::pause_progress_thread();
   const auto n = static_cast<std::size_t>(bytes);
   meet();
   if (g_rank == 0) {
     std::vector<mdsm::nc_request> reqs(k_batch);
+    auto* word = reinterpret_cast<std::uint64_t*>(g_nc);
+    std::uint64_t one = 1, old = 0, seen = 0;
     for (auto _ : state) {
       switch (o) {
         case op::mpi_put:
@@ -100,7 +119,20 @@ void run(benchmark::State& state, op o, long bytes) {
           for (int i = 0; i < k_batch; ++i) reqs[static_cast<std::size_t>(i)] = mdsm::put_nb(1, g_nc + i * n, g_local.data(), n);
           for (auto& r : reqs) r.wait();
           break;
+        case op::mpi_fetch_add:
+          MPI_Fetch_and_op(&one, &old, MPI_UINT64_T, 1, 0, MPI_SUM, g_win);
+          MPI_Win_flush(1, g_win);
+          break;
+        case op::mdsm_fetch_add: old = mdsm::fetch_add(1, word, 1); break;
+        case op::mpi_compare_swap:
+          MPI_Compare_and_swap(&one, &seen, &old, MPI_UINT64_T, 1, 0, g_win);
+          MPI_Win_flush(1, g_win);
+          seen = old;
+          break;
+        case op::mdsm_compare_swap: seen = mdsm::compare_swap(1, word, seen, seen + 1); break;
       }
+      benchmark::DoNotOptimize(old);
+      benchmark::DoNotOptimize(seen);
     }
     state.SetBytesProcessed(state.iterations() * bytes * (o == op::mpi_put16 || o == op::mdsm_put16 ? k_batch : 1));
   } else {
@@ -132,6 +164,13 @@ void register_all() {
         "put16/" + mdsm_bench::size_name(bytes),
         {make("MPI_Put", op::mpi_put16, bytes), make("mdsm_put_nb", op::mdsm_put16, bytes)}, opt);
   }
+  const round_options opt{.rounds = k_rounds, .iterations = 4000, .unit = benchmark::kMicrosecond};
+  mdsm_bench::register_interleaved(
+      "fetch_add", {make("MPI_Fetch_and_op", op::mpi_fetch_add, 8), make("mdsm_fetch_add", op::mdsm_fetch_add, 8)}, opt);
+  mdsm_bench::register_interleaved("compare_swap",
+                                   {make("MPI_Compare_and_swap", op::mpi_compare_swap, 8),
+                                    make("mdsm_compare_swap", op::mdsm_compare_swap, 8)},
+                                   opt);
 }
 
 void print_summary(const mdsm_bench::ratio_reporter& r) {
@@ -172,7 +211,9 @@ int main(int argc, char** argv) {
   int rc = 0;
   if (g_rank == 0) {
     std::printf("2 ranks; %d interleaved rounds per variant\n", k_rounds);
-    mdsm_bench::ratio_reporter report({"MPI_Put", "MPI_Get"}, {{"mdsm_put", 1.2}, {"mdsm_get", 1.2}, {"mdsm_get_nc", 1.2}, {"mdsm_put_nb", 1.2}});
+    mdsm_bench::ratio_reporter report(
+        {"MPI_Put", "MPI_Get", "MPI_Fetch_and_op", "MPI_Compare_and_swap"},
+        {{"mdsm_put", 1.2}, {"mdsm_get", 1.2}, {"mdsm_get_nc", 1.2}, {"mdsm_put_nb", 1.2}, {"mdsm_fetch_add", 1.2}, {"mdsm_compare_swap", 1.2}});
     benchmark::RunSpecifiedBenchmarks(&report);
     print_summary(report);
     rc = report.errors() ? 1 : 0;

@@ -17,7 +17,8 @@ namespace mdsm {
 // rank has its own bytes behind it and mdsm keeps no consistency between them: an address names
 // the same object on every rank (allocate with nc_alloc, send the pointer), and rank r's copy of
 // it is read and written one-sidedly with get/put and 64-bit atomics -- rank r's application takes
-// no part, its progress engine serves the request. For runtime libraries: counters, flags, queues,
+// no part: on r's host the calling thread maps r's copy and copies or runs the atomic itself,
+// elsewhere r's progress engine serves the request. For runtime libraries: counters, flags, queues,
 // buffers a producer fills in a consumer's memory. Size: options::noncoherent_size or
 // MDSM_NONCOHERENT_SIZE (default 1 GiB of address space; untouched pages cost no memory).
 //
@@ -30,9 +31,10 @@ namespace mdsm {
 // after a put sees it); operations of different threads or to different ranks are not ordered.
 // A remote range need not be allocated, only inside the region.
 //
-// Atomics: fetch_add and compare_swap on an 8-byte aligned 64-bit word run at the word's rank
-// as hardware atomics, so all of them on one word -- from every rank, that rank included -- are
-// atomic with respect to each other. Plain loads and stores of the word, and get/put covering it,
+// Atomics: fetch_add and compare_swap on an 8-byte aligned 64-bit word are hardware atomics on
+// the word's rank's copy (run by the caller on that rank's host, by that rank's progress engine
+// elsewhere), so all of them on one word -- from every rank, that rank included -- are atomic with
+// respect to each other. Plain loads and stores of the word, and get/put covering it,
 // are not: to read such a word use fetch_add(rank, p, 0) (or std::atomic_ref on this rank's copy).
 //
 // Local buffers (dst of get, src of put) may be private, non-coherent (this rank's copy) or

@@ -47,9 +47,18 @@ noncoherent_region::noncoherent_region(MPI_Comm comm, const noncoherent_config& 
     size_ = pages * page;
     collective_bytes_ = pages / 2 * page;
     arena_bytes_ = (pages - pages / 2) / static_cast<std::size_t>(ranks) * page;
+    backing_ = os::create_backing(size_, "mdsm-noncoherent");
   } catch (const error& e) {
     problem = e;
   }
+  // From here until the mapping is made, a throw must not leak the backing.
+  struct close_on_throw {
+    int& fd;
+    bool armed = true;
+    ~close_on_throw() {
+      if (armed && fd >= 0) os::close_backing(fd);
+    }
+  } guard{backing_};
   int bad = problem ? 1 : 0, any_bad = 0;
   mpi_ok(PMPI_Allreduce(&bad, &any_bad, 1, MPI_INT, MPI_MAX, comm), "MPI_Allreduce");
   if (problem) throw *problem;
@@ -68,14 +77,21 @@ noncoherent_region::noncoherent_region(MPI_Comm comm, const noncoherent_config& 
              .preferred = {near_end, near_begin >= size_ ? near_begin - size_ : 0},
              .strict = false,
              .advice = "set a smaller MDSM_NONCOHERENT_SIZE",
-             .map = [this](std::uintptr_t a) { return os::map_private_fixed_noreplace(reinterpret_cast<void*>(a), size_); }});
+             .map =
+                 [this](std::uintptr_t a) {
+                   return os::map_fixed_noreplace(reinterpret_cast<void*>(a), size_, backing_, os::prot::read_write);
+                 }});
+  guard.armed = false;
   base_ = at.base;
   placement_ = std::move(at.description);
   collective_ = arena(addr_of(base_), collective_bytes_);
   own_ = arena(addr_of(base_) + collective_bytes_ + static_cast<std::size_t>(rank_) * arena_bytes_, arena_bytes_);
 }
 
-noncoherent_region::~noncoherent_region() { os::unmap(base_, size_); }
+noncoherent_region::~noncoherent_region() {
+  os::unmap(base_, size_);
+  os::close_backing(backing_);
+}
 
 int noncoherent_region::arena_owner(const void* p) const noexcept {
   const std::size_t off = addr_of(p) - addr_of(base_);

@@ -48,6 +48,9 @@ class noncoherent_region {
 
   std::byte* base() const noexcept { return base_; }
   std::size_t size() const noexcept { return size_; }
+  // The shared-memory file behind the region (open for the region's lifetime): ranks of this host
+  // map it to reach this rank's bytes with plain loads, stores and atomics (one_sided).
+  int backing() const noexcept { return backing_; }
   const std::string& placement() const noexcept { return placement_; }
   // [p, p + n) lies in the region (n == 0: p does). Overflow-safe.
   bool contains(const void* p, std::size_t n = 0) const noexcept {
@@ -69,6 +72,7 @@ class noncoherent_region {
   static std::size_t alignment_for(std::size_t bytes);
   std::byte* base_ = nullptr;
   std::size_t size_ = 0;
+  int backing_ = -1;
   std::size_t collective_bytes_ = 0;
   std::size_t arena_bytes_ = 0;
   int rank_ = 0;

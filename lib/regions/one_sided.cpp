@@ -14,6 +14,8 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -52,23 +54,47 @@ one_sided::one_sided(net::transport& t, net::progress& p, noncoherent_region& r,
 void one_sided::probe_direct() {
   const auto size = static_cast<std::size_t>(transport_.size());
   direct_.assign(size, 0);
+  mapped_.assign(size, nullptr);
   pids_.assign(size, 0);
-  // What each rank publishes: its pid, and the address and value of a nonce in its memory.
+  // What each rank publishes: its pid, the address and value of a nonce in its memory, and the
+  // descriptor of its region's backing.
   static std::uint64_t nonce = 0;
   nonce = std::random_device{}() | (std::uint64_t{std::random_device{}()} << 32) | 1;
-  const std::uint64_t mine[3] = {static_cast<std::uint64_t>(::getpid()), addr_of(&nonce), nonce};
-  std::vector<std::uint64_t> all(3 * size);
-  if (PMPI_Allgather(mine, 3, MPI_UINT64_T, all.data(), 3, MPI_UINT64_T, transport_.collective_comm()) != MPI_SUCCESS)
+  const std::uint64_t mine[4] = {static_cast<std::uint64_t>(::getpid()), addr_of(&nonce), nonce,
+                                 static_cast<std::uint64_t>(region_.backing())};
+  std::vector<std::uint64_t> all(4 * size);
+  if (PMPI_Allgather(mine, 4, MPI_UINT64_T, all.data(), 4, MPI_UINT64_T, transport_.collective_comm()) != MPI_SUCCESS)
     detail::fail(MDSM_ERR_MPI, "MPI_Allgather failed while setting up the non-coherent region");
   if (detail::env_uint("MDSM_NONCOHERENT_DIRECT", 1) == 0) return;
+  const bool map = detail::env_uint("MDSM_NONCOHERENT_MAP", 1) != 0;
   for (std::size_t r = 0; r < size; ++r) {
     if (static_cast<int>(r) == rank_ || !transport_.bells().on_host(static_cast<int>(r))) continue;
-    pids_[r] = static_cast<int>(all[3 * r]);
+    pids_[r] = static_cast<int>(all[4 * r]);
+    // The pid names the rank (not another process, as in another pid namespace) if its nonce
+    // reads back from that process: then its descriptor names its backing.
     std::uint64_t seen = 0;
-    iovec local{&seen, sizeof seen}, remote{ptr_of(all[3 * r + 1]), sizeof seen};
+    iovec local{&seen, sizeof seen}, remote{ptr_of(all[4 * r + 1]), sizeof seen};
     direct_[r] = process_vm_readv(pids_[r], &local, 1, &remote, 1, 0) == static_cast<ssize_t>(sizeof seen) &&
-                 seen == all[3 * r + 2];
+                 seen == all[4 * r + 2];
+    if (direct_[r] && map) mapped_[r] = map_region_of(pids_[r], all[4 * r + 3]);
   }
+}
+
+std::byte* one_sided::map_region_of(int pid, std::uint64_t fd) const {
+  const std::string path = detail::cat("/proc/", pid, "/fd/", fd);
+  const int mine = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+  if (mine < 0) return nullptr;
+  std::byte* at = nullptr;
+  struct stat st {};
+  if (::fstat(mine, &st) == 0 && static_cast<std::size_t>(st.st_size) == region_.size()) {
+    try {
+      at = static_cast<std::byte*>(os::map_anywhere(region_.size(), mine));
+    } catch (const error&) {  // no room in the address space, say: the copies through the kernel do
+      at = nullptr;
+    }
+  }
+  ::close(mine);
+  return at;
 }
 
 namespace {
@@ -98,9 +124,17 @@ std::byte* bounce_at(std::uintptr_t alignment_of) {
 }  // namespace
 
 bool one_sided::copy_direct(int rank, void* local, void* remote, std::size_t n, bool write) {
-  if (!direct_[static_cast<std::size_t>(rank)] ||
-      framed_[static_cast<std::size_t>(rank)].load(std::memory_order_acquire) != 0)
-    return false;
+  if (!direct_now(rank)) return false;
+  if (mapped_[static_cast<std::size_t>(rank)] != nullptr) {
+    std::byte* there = mapped_at(rank, remote);
+    if (write) std::memcpy(there, local, n);
+    else std::memcpy(local, there, n);
+    // Complete when this returns: a message this thread sends next is ordered after the copy
+    // (a large memcpy's non-temporal stores included).
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    stats::add(stats::counter::nc_direct);
+    return true;
+  }
   const pid_t pid = pids_[static_cast<std::size_t>(rank)];
   auto* l = static_cast<std::byte*>(local);
   auto* r = static_cast<std::byte*>(remote);
@@ -126,6 +160,8 @@ bool one_sided::copy_direct(int rank, void* local, void* remote, std::size_t n, 
 
 one_sided::~one_sided() {
   transport_.set_handler(net::channel::noncoherent, nullptr, nullptr);
+  for (std::byte* m : mapped_)
+    if (m != nullptr) os::unmap(m, region_.size());
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (finalized) return;
@@ -366,8 +402,11 @@ one_sided::op_ptr one_sided::atomic(std::uint32_t code, const char* what, int ra
                  " is not 8-byte aligned (atomics work on aligned 64-bit words)");
   op_ptr op = start(what, rank, sizeof *word);
   stats::add(stats::counter::nc_atomics);
-  if (rank == rank_) {
-    std::atomic_ref<std::uint64_t> w(*word);
+  // Here or on a rank of this host whose region is mapped: a hardware atomic on the word, atomic
+  // with the target's own (serve_atomic's for ranks that send messages, its program's).
+  const bool mapped = rank != rank_ && mapped_[static_cast<std::size_t>(rank)] != nullptr && direct_now(rank);
+  if (rank == rank_ || mapped) {
+    std::atomic_ref<std::uint64_t> w(mapped ? *reinterpret_cast<std::uint64_t*>(mapped_at(rank, word)) : *word);
     if (code == op_fetch_add) {
       op->value = w.fetch_add(a, std::memory_order_acq_rel);
     } else {

@@ -39,9 +39,13 @@
 // Frames of one sender arrive in order, so a put's chunks are applied before its ack, and the
 // operations one thread issues to one rank are applied in issue order.
 //
-// Direct copies (a target on this host): a get or put is one process_vm_readv/writev between the
-// local buffer and the target's region, by the calling thread, complete when it returns; the
-// target's threads take no part (its application is never interrupted for it). Where the kernel
+// Direct access (a target on this host): each rank maps the region of every rank of its host
+// (its shared-memory file, noncoherent_region::backing, opened through /proc/<pid>/fd), so a get
+// or put is a memcpy and an atomic a hardware atomic on the target's word, by the calling thread,
+// complete when it returns; the target's threads take no part (its application is never
+// interrupted for it). Where a region cannot be mapped (MDSM_NONCOHERENT_MAP=0, or the kernel
+// refuses) a get or put is one process_vm_readv/writev between the local buffer and the target's
+// region instead, and atomics travel as messages. Where the kernel
 // refuses (another user, ptrace restrictions, MDSM_NONCOHERENT_DIRECT=0; or midway, on a local
 // page it cannot access), or an operation of this rank to the same target still travels as
 // messages (issue order: it must be applied first), the operation takes the message path below.
@@ -171,8 +175,22 @@ class one_sided {
     if (bodies_in_flight_.load(std::memory_order_acquire) != 0) retire_bodies();
   }
   bool coherent_overlap(const void* p, std::size_t n) const noexcept;
-  // Start-up (collective): which ranks of this host a direct copy reaches (direct_).
+  // Start-up (collective): which ranks of this host a direct copy reaches (direct_), and whose
+  // regions are mapped here (mapped_).
   void probe_direct();
+  // Maps rank r's region (its backing `fd` in process `pid`); nullptr if it cannot.
+  std::byte* map_region_of(int pid, std::uint64_t fd) const;
+  // Rank r's byte at `remote` (an address of the region) in its region mapped here. Pre: mapped_[r].
+  std::byte* mapped_at(int rank, const void* remote) const noexcept {
+    return mapped_[static_cast<std::size_t>(rank)] + (reinterpret_cast<std::uintptr_t>(remote) -
+                                                      reinterpret_cast<std::uintptr_t>(region_.base()));
+  }
+  // Whether an operation to `rank` may go directly now: it is reachable so, and none of this
+  // rank's operations to it still travel as messages (they must be applied first).
+  bool direct_now(int rank) const noexcept {
+    return direct_[static_cast<std::size_t>(rank)] &&
+           framed_[static_cast<std::size_t>(rank)].load(std::memory_order_acquire) == 0;
+  }
   // A direct copy of n bytes between `local` and `remote` at `rank` (write: local -> remote).
   // False, having perhaps copied part, if it cannot: the caller takes the message path.
   bool copy_direct(int rank, void* local, void* remote, std::size_t n, bool write);
@@ -219,6 +237,7 @@ class one_sided {
   std::atomic<std::size_t> bodies_in_flight_{0};  // bodies_.size() + sends_.size()
   std::vector<int> pids_;                          // by rank, for the direct copies
   std::vector<char> direct_;                       // by rank: a direct copy reaches it
+  std::vector<std::byte*> mapped_;                 // by rank: its region mapped here, or nullptr
   std::unique_ptr<std::atomic<std::uint32_t>[]> framed_;  // by rank: operations in messages
 };
 

@@ -307,6 +307,46 @@ TEST_CASE("noncoherent: fetch_add from every rank on one word is exact and every
   mdsm::nc_free_collective(words);
 }
 
+TEST_CASE("noncoherent: atomics on one word from mapped peers, from peers sending messages and from its owner",
+          "[mpi][noncoherent][np1]") {
+  // Odd ranks start without mapped regions (their atomics travel as messages and the owner's
+  // progress engine runs them), even ranks with them (hardware atomics through the mapping), and
+  // the owner adds locally: all on one word at once, every add counted once, every old value seen
+  // once; compare_swap increments from everyone as well.
+  const char* before = std::getenv("MDSM_NONCOHERENT_MAP");
+  const std::string saved = before != nullptr ? before : "";
+  setenv("MDSM_NONCOHERENT_MAP", world_rank() % 2 == 1 ? "0" : "1", 1);
+  {
+    session s;
+    const int n = mdsm::size();
+    constexpr int k_adds = 2000, k_swaps = 300;
+    auto* words = static_cast<std::uint64_t*>(mdsm::nc_alloc_collective(2 * sizeof(std::uint64_t)));
+    words[0] = words[1] = 0;
+    world_barrier();
+    std::vector<std::uint64_t> olds;
+    for (int i = 0; i < k_adds; ++i) olds.push_back(mdsm::fetch_add(0, &words[0], 1));
+    for (int i = 0; i < k_swaps; ++i) {
+      std::uint64_t seen = mdsm::fetch_add(0, &words[1], 0);
+      for (;;) {
+        const std::uint64_t was = mdsm::compare_swap(0, &words[1], seen, seen + 1);
+        if (was == seen) break;
+        seen = was;
+      }
+    }
+    const auto all = all_gather(olds);
+    std::set<std::uint64_t> distinct(all.begin(), all.end());
+    CHECK(distinct.size() == all.size());
+    CHECK(*distinct.rbegin() == static_cast<std::uint64_t>(n) * k_adds - 1);
+    world_barrier();
+    CHECK(mdsm::fetch_add(0, &words[0], 0) == static_cast<std::uint64_t>(n) * k_adds);
+    CHECK(mdsm::fetch_add(0, &words[1], 0) == static_cast<std::uint64_t>(n) * k_swaps);
+    world_barrier();
+    mdsm::nc_free_collective(words);
+  }
+  if (before != nullptr) setenv("MDSM_NONCOHERENT_MAP", saved.c_str(), 1);
+  else unsetenv("MDSM_NONCOHERENT_MAP");
+}
+
 TEST_CASE("noncoherent: compare_swap as a lock around a get/put counter, and as a counter",
           "[mpi][noncoherent][np1]") {
   session s;
@@ -532,9 +572,10 @@ TEST_CASE("noncoherent: the C API's requests", "[mpi][noncoherent][np1]") {
 
 TEST_CASE("noncoherent: a direct copy never overtakes an operation to the same rank still in messages",
           "[mpi][noncoherent]") {
-  // An atomic always travels as messages; a get of its word right after it would be a direct
-  // copy on one host -- and would read the word before the atomic has run, unless it waits its
-  // turn (issue order: the get must see the add).
+  // Without mapped regions (the meson test with MDSM_NONCOHERENT_MAP=0) an atomic travels as
+  // messages; a get of its word right after it would be a direct copy on one host -- and would
+  // read the word before the atomic has run, unless it waits its turn (issue order: the get must
+  // see the add). With mapped regions both are direct, and the same must hold.
   session s;
   const int next = (mdsm::rank() + 1) % mdsm::size();
   auto* word = static_cast<std::uint64_t*>(mdsm::nc_alloc_collective(64));

@@ -22,6 +22,7 @@
 #include "sync/handlers.hpp"
 
 #include "common/check.hpp"
+#include "net/doorbells.hpp"
 
 #include <algorithm>
 #include <map>
@@ -265,12 +266,18 @@ void barrier::arrive_and_wait() {
       const std::uint64_t threshold = gc_threshold();
       collect = global && threshold != 0 && meta > threshold;
       const barrier_departure d{epoch, collect ? 1u : 0u, 0};
-      for (int r : s->members)
-        if (r != me) send(r, sv.h_barrier_depart, payload_builder(id_, op_depart).put(d).bytes(), annotation::release);
+      {  // Quiet: every member waits in the barrier, polling for its departure.
+        net::doorbells::quiet_scope quiet;
+        for (int r : s->members)
+          if (r != me) send(r, sv.h_barrier_depart, payload_builder(id_, op_depart).put(d).bytes(), annotation::release);
+      }
     } else {
       op.about("barrier", id_, s->manager, "its manager, which answers once every participant arrived");
       const barrier_arrival a{epoch, static_cast<std::uint32_t>(n), 0, my_metadata()};
-      send(s->manager, sv.h_barrier_arrive, payload_builder(id_, op_arrive).put(a).bytes(), annotation::release_nt);
+      {  // Quiet: the manager is a member; it takes the arrival in when it arrives itself.
+        net::doorbells::quiet_scope quiet;
+        send(s->manager, sv.h_barrier_arrive, payload_builder(id_, op_arrive).put(a).bytes(), annotation::release_nt);
+      }
       bool departed = false;
       wait_until([&] {
         std::lock_guard lk(s->mu);
@@ -366,6 +373,7 @@ void barrier_handle::arrive_and_wait() const {
     } else {  // this rank collects the episode
       accept_all(arrivals);
       const barrier_departure d{0, gc_after ? 1u : 0u, 0};
+      net::doorbells::quiet_scope quiet;  // every member of the episode waits for its departure
       for (int r : to) send(r, sv.h_barrier_depart, payload_builder(id, op_depart).put(d).bytes(), annotation::release);
     }
     std::lock_guard lk(s->mu);

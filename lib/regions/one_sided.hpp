@@ -45,10 +45,10 @@
 // complete when it returns; the target's threads take no part (its application is never
 // interrupted for it). Where a region cannot be mapped (MDSM_NONCOHERENT_MAP=0, or the kernel
 // refuses) a get or put is one process_vm_readv/writev between the local buffer and the target's
-// region instead, and atomics travel as messages. Where the kernel
-// refuses (another user, ptrace restrictions, MDSM_NONCOHERENT_DIRECT=0; or midway, on a local
-// page it cannot access), or an operation of this rank to the same target still travels as
-// messages (issue order: it must be applied first), the operation takes the message path below.
+// region instead, and atomics travel as messages. Where the kernel refuses that copy as well
+// (another user, ptrace restrictions, MDSM_NONCOHERENT_DIRECT=0; or midway, on a local page it
+// cannot access), or an operation of this rank to the same target still travels as messages
+// (issue order: it must be applied first), the operation takes the message path below.
 // The kernel never sees coherent memory: a get into it lands in `staged`, a put from it is copied
 // there first (a fault on this thread fetches its pages). Whether a rank of this host can be
 // reached so is probed at start-up: read a nonce the rank published, from the process whose pid

@@ -115,10 +115,7 @@ int checked_annotation(const mdsm_annotation* given, MPI_Comm comm, const char* 
   return MPI_SUCCESS;
 }
 
-std::size_t copy_max() {
-  static const std::size_t v = detail::env_size("MDSM_MPI_COPY_MAX", 3968);
-  return v;
-}
+std::size_t copy_max_from_env() { return detail::env_size("MDSM_MPI_COPY_MAX", 3968); }
 
 std::size_t side_min() {
   static const std::size_t v = detail::env_size("MDSM_MPI_SIDE_MIN", 8192);
@@ -256,16 +253,6 @@ int wait_one(const detail::runtime& rt, MPI_Request* req, MPI_Status* status) {
     return flag != 0 || rc != MPI_SUCCESS;
   });
   return rc;
-}
-
-void set_received_bytes(MPI_Status* status, MPI_Count bytes) {
-  // Open MPI keeps a status's count in bytes: counts and elements for any datatype follow from
-  // it exactly as for the data message itself (test/mpi_ext checks derived types).
-#if defined(OPEN_MPI) && OPEN_MPI
-  status->_ucount = static_cast<std::size_t>(bytes);
-#else
-  PMPI_Status_set_elements_x(status, MPI_BYTE, bytes);
-#endif
 }
 
 int named_size_lookup(MPI_Datatype type) {

@@ -100,7 +100,12 @@ inline std::size_t probed_data(std::size_t bytes) {
 // Open MPI's shared-memory transport (whose 4 KiB limit counts ob1's own header: 4,040 bytes of
 // payload do, 4,048 do not); above it the message takes a rendezvous anyway, and the two copies
 // cost more than the struct (header_and). Measured in docs/MPI.md; MDSM_MPI_COPY_MAX overrides it.
-std::size_t copy_max();
+// Inline: the short paths of every small message ask it.
+std::size_t copy_max_from_env();
+inline std::size_t copy_max() {
+  static const std::size_t v = copy_max_from_env();
+  return v;
+}
 
 // From this many bytes of user data (contiguous or not) the data goes on the side channel with
 // the user's datatype: a struct datatype {header, buffer} makes Open MPI's shared-memory transport
@@ -305,7 +310,15 @@ int named_size_lookup(MPI_Datatype type);
 inline int named_size(MPI_Datatype type) { return type == MPI_BYTE ? 1 : named_size_lookup(type); }
 
 // Sets what MPI_Get_count / MPI_Get_elements report for `status`: `bytes` of user data.
-void set_received_bytes(MPI_Status* status, MPI_Count bytes);
+inline void set_received_bytes(MPI_Status* status, MPI_Count bytes) {
+  // Open MPI keeps a status's count in bytes: counts and elements for any datatype follow from
+  // it exactly as for the data message itself (test/mpi_ext checks derived types).
+#if defined(OPEN_MPI) && OPEN_MPI
+  status->_ucount = static_cast<std::size_t>(bytes);
+#else
+  PMPI_Status_set_elements_x(status, MPI_BYTE, bytes);
+#endif
+}
 
 // ---- the stash of probed messages (probe.cpp) -------------------------------------------------
 

@@ -35,46 +35,79 @@ struct scratch_buffer {
 };
 thread_local scratch_buffer t_send_buf, t_recv_buf;
 
-// The common case, in few instructions: a predefined datatype, data small enough to copy, the
-// buffer outside the coherent region, mdsm up and not in a handler. nullptr: take the general
-// path (which also reports whatever is wrong).
-mdsm::detail::runtime* fast_eligible(const void* buf, int count, MPI_Datatype type, std::size_t& bytes) {
+// The common case, in few instructions (a small NONE round trip's whole budget is a few tens of
+// instructions per call: docs/MPI.md, "Cost"): a predefined datatype, at most `max` bytes of data,
+// the buffer outside the coherent region, mdsm up with no error to report, not in a handler, and
+// MPI allowed to block. nullptr: take the general path (which also reports whatever is wrong).
+[[gnu::always_inline]] inline mdsm::detail::runtime* fast_eligible(const void* buf, int count, MPI_Datatype type,
+                                                                   std::size_t max, std::size_t& bytes) {
   const int size = named_size(type);
-  if (size == 0 || count < 0 || mdsm::net::current_handler() != nullptr) return nullptr;
+  if (size == 0 || count < 0) return nullptr;
   bytes = static_cast<std::size_t>(count) * static_cast<std::size_t>(size);
-  if (bytes > copy_max()) return nullptr;
-  mdsm::detail::runtime* rt = nullptr;
-  try {
-    rt = &mdsm::detail::rt();
-  } catch (const mdsm::error&) {  // not initialized, or a handler's error to report
+  if (bytes > max) return nullptr;
+  mdsm::detail::runtime* rt = mdsm::detail::rt_or_null();
+  if (rt == nullptr || mdsm::net::current_handler() != nullptr || !may_block(*rt)) return nullptr;
+  if (bytes != 0 && rt->engine->region().where(buf, bytes) != mdsm::coherence::region_map::placement_of::outside)
     return nullptr;
-  }
-  if (!may_block(*rt)) return nullptr;
-  const auto& region = rt->engine->region();
-  const std::byte* lo = static_cast<const std::byte*>(buf);
-  if (bytes != 0 && region.where(lo, bytes) != mdsm::coherence::region_map::placement_of::outside) return nullptr;
   return rt;
 }
 
-// NONE: header and data in one buffer, one MPI call. -1: take the general path.
-int fast_send_none(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm, bool sync) {
+// Copies n <= 64 bytes with a few unaligned loads and stores (overlapping where n is not a width),
+// no call: the short header's data is a few bytes, which libc's memcpy takes longer to dispatch
+// than to copy. s and d do not overlap.
+template <std::size_t W>
+inline void copy_at(std::byte* d, const std::byte* s, std::size_t at) noexcept {
+  unsigned char t[W];
+  std::memcpy(t, s + at, W);
+  std::memcpy(d + at, t, W);
+}
+inline void copy_small(std::byte* d, const std::byte* s, std::size_t n) noexcept {
+  if (n >= 16) {
+    copy_at<16>(d, s, 0);
+    copy_at<16>(d, s, n - 16);
+    if (n > 32) {
+      copy_at<16>(d, s, 16);
+      copy_at<16>(d, s, n - 32);
+    }
+  } else if (n >= 8) {
+    copy_at<8>(d, s, 0);
+    copy_at<8>(d, s, n - 8);
+  } else if (n >= 4) {
+    copy_at<4>(d, s, 0);
+    copy_at<4>(d, s, n - 4);
+  } else if (n != 0) {  // 1-3 bytes: first, middle, last
+    d[0] = s[0];
+    d[n / 2] = s[n / 2];
+    d[n - 1] = s[n - 1];
+  }
+}
+
+// NONE: header and data in one buffer, one MPI call; with the short header (ext.hpp) that buffer
+// is on the stack. `given` as the C caller passed it. -1: take the general path (any other
+// annotation, or anything to check or report), which does not depend on what was read here.
+[[gnu::always_inline]] inline int fast_send_none(const void* buf, int count, MPI_Datatype type, int dest, int tag,
+                                                 MPI_Comm comm, const mdsm_annotation* given, bool sync) {
+  int raw = 0;  // read as an int: a C caller may pass any (checked_annotation)
+  std::memcpy(&raw, given, sizeof raw);
   std::size_t bytes = 0;
-  if (fast_eligible(buf, count, type, bytes) == nullptr) return -1;
-  // A few bytes take the short header (ext.hpp): the magic, then zeros (annotation NONE).
-  // Header sizes as constants, so that the stores are inline.
-  std::byte* out = t_send_buf.get(sizeof(header) + bytes);
+  if (raw != MDSM_NONE || fast_eligible(buf, count, type, copy_max(), bytes) == nullptr) return -1;
+  alignas(16) std::byte small[k_header];
+  std::byte* out = small;
   std::size_t head = k_short_header;
   if (bytes <= k_short_max) [[likely]] {
     static constexpr header k_none{};  // the magic, annotation NONE, zeros
     std::memcpy(out, &k_none, k_short_header);
+    copy_small(out + k_short_header, static_cast<const std::byte*>(buf), bytes);
   } else {
+    out = t_send_buf.get(sizeof(header) + bytes);
     head = sizeof(header);
     std::memset(out, 0, sizeof(header));
     std::memcpy(out, &k_magic, sizeof k_magic);
+    std::memcpy(out + head, buf, bytes);
   }
-  if (bytes != 0) std::memcpy(out + head, buf, bytes);
   mdsm::stats::add(mdsm::stats::counter::mpi_sends_none);
   const int n = static_cast<int>(head + bytes);
+  // (MPI_PROC_NULL as dest: MPI's no-op, as for the user's own buffer.)
   return sync ? PMPI_Ssend(out, n, MPI_BYTE, dest, tag, comm) : PMPI_Send(out, n, MPI_BYTE, dest, tag, comm);
 }
 
@@ -85,7 +118,7 @@ int fast_send_none(const void* buf, int count, MPI_Datatype type, int dest, int 
 int fast_send_annotated(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm,
                         mdsm_annotation a, bool sync, const char* call) {
   std::size_t bytes = 0;
-  mdsm::detail::runtime* rt = fast_eligible(buf, count, type, bytes);
+  mdsm::detail::runtime* rt = fast_eligible(buf, count, type, copy_max(), bytes);
   if (rt == nullptr) return -1;
   context c = enter(comm, call, rt);
   if (c.rc != MPI_SUCCESS) return c.rc;  // raised
@@ -112,26 +145,57 @@ int fast_send_annotated(const void* buf, int count, MPI_Datatype type, int dest,
   return sync ? PMPI_Ssend(out, n, MPI_BYTE, dest, tag, comm) : PMPI_Send(out, n, MPI_BYTE, dest, tag, comm);
 }
 
+// What follows a received full-header message whose header carries consistency information or
+// names data on the side channel (fast_recv's cold half): the acquire, and the side channel.
+// `in` holds the message, its data already copied out; `st` its status, counts the user's.
+[[gnu::noinline]] int recv_rest(mdsm::detail::runtime* rt, header h, const std::byte* in, void* buf, int count,
+                                MPI_Datatype type, std::size_t bytes, MPI_Comm comm, MPI_Status* st, int rc) {
+  const context c = enter(comm, "MDSM_Recv", rt);
+  if (c.rc != MPI_SUCCESS) return c.rc;
+  // A release that brings nothing this rank lacks completes here, undecoded (in a message
+  // protocol most do); anything else goes the general way below.
+  if (h.inline_cinfo && !h.side_data && (h.annot == MDSM_RELEASE || h.annot == MDSM_RELEASE_NT)) {
+    const int peer = c.cs->mdsm_rank(st->MPI_SOURCE);
+    if (peer >= 0 &&
+        c.rt->engine->acquire_if_current(peer, std::span<const std::byte>(in + offsetof(header, cinfo), h.cinfo_len))) {
+      mdsm::stats::add(mdsm::stats::counter::mpi_acquires);
+      return rc;
+    }
+  }
+  if (h.inline_cinfo) std::memcpy(h.cinfo, in + offsetof(header, cinfo), h.cinfo_len);
+  recv_op op;
+  op.c = c;
+  op.h = h;
+  op.status = *st;
+  op.comm = comm;
+  op.buf = buf;
+  op.count = count;
+  op.type = type;
+  op.b.bytes = bytes;
+  continue_on_side(op, true);
+  advance(op, true);
+  *st = op.status;
+  return rc == MPI_SUCCESS ? op.rc : rc;
+}
+
 // Any annotation: receives into this thread's buffer and copies out; the side channel only when
 // the header names one. -1: take the general path.
-int fast_recv(void* buf, int count, MPI_Datatype type, int source, int tag, MPI_Comm comm, MPI_Status* status) {
+[[gnu::always_inline]] inline int fast_recv(void* buf, int count, MPI_Datatype type, int source, int tag,
+                                            MPI_Comm comm, MPI_Status* status) {
   std::size_t bytes = 0;
   mdsm::detail::runtime* rt = nullptr;
-  if (any_stashed() || (rt = fast_eligible(buf, count, type, bytes)) == nullptr) return -1;
+  if (any_stashed() || (rt = fast_eligible(buf, count, type, copy_max(), bytes)) == nullptr) return -1;
   std::byte* in = t_recv_buf.get(sizeof(header) + bytes);
-  MPI_Status st;
-  int rc = PMPI_Recv(in, static_cast<int>(sizeof(header) + bytes), MPI_BYTE, source, tag, comm, &st);
-  if (rc != MPI_SUCCESS && !truncated(rc)) {
-    if (status != MPI_STATUS_IGNORE) *status = st;
-    return rc;
-  }
-  const int got = static_cast<int>(mdsm::net::received_bytes(st));
-  if (got < k_header && is_short(in, got)) {  // NONE, short header (ext.hpp): nothing follows
+  MPI_Status ignored;
+  MPI_Status* st = status == MPI_STATUS_IGNORE ? &ignored : status;
+  int rc = PMPI_Recv(in, static_cast<int>(sizeof(header) + bytes), MPI_BYTE, source, tag, comm, st);
+  if (rc != MPI_SUCCESS && !truncated(rc)) return rc;
+  const int got = static_cast<int>(mdsm::net::received_bytes(*st));
+  if (got < k_header && is_short(in, got)) [[likely]] {  // NONE, short header (ext.hpp): nothing follows
     const std::size_t sent = static_cast<std::size_t>(got - k_short_header);
     const std::size_t data = std::min(sent, bytes);
-    if (data != 0) std::memcpy(buf, in + k_short_header, data);
-    set_received_bytes(&st, static_cast<MPI_Count>(data));
-    if (status != MPI_STATUS_IGNORE) *status = st;
+    copy_small(static_cast<std::byte*>(buf), in + k_short_header, data);
+    set_received_bytes(st, static_cast<MPI_Count>(data));
     if (sent <= bytes) return rc;
     // MPI had room for a full header: the truncation is reported here, as MPI would report it.
     PMPI_Comm_call_errhandler(comm, MPI_ERR_TRUNCATE);
@@ -142,56 +206,27 @@ int fast_recv(void* buf, int count, MPI_Datatype type, int source, int tag, MPI_
   if (got >= k_header) std::memcpy(static_cast<void*>(&h), in, offsetof(header, cinfo));
   if (got < k_header || h.magic != k_magic || h.annot > MDSM_RELEASE_NT ||
       (h.inline_cinfo && h.cinfo_len > (h.side_data ? k_inline_cinfo_side : k_inline_cinfo))) [[unlikely]]
-    return check_header(h, got, comm, st);
+    return check_header(h, got, comm, *st);
   // Open MPI 4.1.4 reports a truncated message's whole size: what arrived is what fitted.
   const std::size_t data = std::min(static_cast<std::size_t>(got - k_header), bytes);
   if (data != 0) std::memcpy(buf, in + sizeof h, data);
-  set_received_bytes(&st, static_cast<MPI_Count>(data));
-  if (h.cinfo_len != 0 || h.side_data) {
-    const context c = enter(comm, "MDSM_Recv", rt);
-    if (c.rc != MPI_SUCCESS) return c.rc;
-    // A release that brings nothing this rank lacks completes here, undecoded (in a message
-    // protocol most do); anything else goes the general way below.
-    if (h.inline_cinfo && !h.side_data && (h.annot == MDSM_RELEASE || h.annot == MDSM_RELEASE_NT)) {
-      const int peer = c.cs->mdsm_rank(st.MPI_SOURCE);
-      if (peer >= 0 && c.rt->engine->acquire_if_current(
-                           peer, std::span<const std::byte>(in + offsetof(header, cinfo), h.cinfo_len))) {
-        mdsm::stats::add(mdsm::stats::counter::mpi_acquires);
-        if (status != MPI_STATUS_IGNORE) *status = st;
-        return rc;
-      }
-    }
-    if (h.inline_cinfo) std::memcpy(h.cinfo, in + offsetof(header, cinfo), h.cinfo_len);
-    recv_op op;
-    op.c = c;
-    op.h = h;
-    op.status = st;
-    op.comm = comm;
-    op.buf = buf;
-    op.count = count;
-    op.type = type;
-    op.b.bytes = bytes;
-    continue_on_side(op, true);
-    advance(op, true);
-    st = op.status;
-    if (rc == MPI_SUCCESS) rc = op.rc;
-  }
-  if (status != MPI_STATUS_IGNORE) *status = st;
+  set_received_bytes(st, static_cast<MPI_Count>(data));
+  if (h.cinfo_len != 0 || h.side_data) return recv_rest(rt, h, in, buf, count, type, bytes, comm, st, rc);
   return rc;
 }
 
-// MDSM_Send and MDSM_Ssend (`sync`). `given` as the C caller passed it (checked_annotation).
-int blocking_send(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm,
+// MDSM_Send and MDSM_Ssend (`sync`) past fast_send_none. `given` as the C caller passed it
+// (checked_annotation). Out of line: its frame (a send_op) stays off the short path.
+[[gnu::noinline]] int blocking_send(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm,
                   const mdsm_annotation* given, bool sync) {
   const char* call = sync ? "MDSM_Ssend" : "MDSM_Send";
   mdsm_annotation a = MDSM_NONE;
   if (const int rc = checked_annotation(given, comm, call, a); rc != MPI_SUCCESS) return rc;
   if (dest == MPI_PROC_NULL)
     return sync ? PMPI_Ssend(buf, count, type, dest, tag, comm) : PMPI_Send(buf, count, type, dest, tag, comm);
-  if (const int rc = a == MDSM_NONE ? fast_send_none(buf, count, type, dest, tag, comm, sync)
-                                    : fast_send_annotated(buf, count, type, dest, tag, comm, a, sync, call);
-      rc != -1)
-    return rc;
+  if (a != MDSM_NONE) {
+    if (const int rc = fast_send_annotated(buf, count, type, dest, tag, comm, a, sync, call); rc != -1) return rc;
+  }
   context c = enter(comm, call);
   if (c.rc != MPI_SUCCESS) return c.rc;
   if (mdsm::net::current_handler() != nullptr)
@@ -200,21 +235,9 @@ int blocking_send(const void* buf, int count, MPI_Datatype type, int dest, int t
   return send(c, op, buf, count, type, dest, tag, comm, a, sync ? send_mode::synchronous : send_mode::standard);
 }
 
-}  // namespace
-
-extern "C" {
-
-int MDSM_Send(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm, mdsm_annotation a) {
-  return blocking_send(buf, count, type, dest, tag, comm, &a, false);
-}
-
-int MDSM_Ssend(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm, mdsm_annotation a) {
-  return blocking_send(buf, count, type, dest, tag, comm, &a, true);
-}
-
-int MDSM_Recv(void* buf, int count, MPI_Datatype type, int source, int tag, MPI_Comm comm, MPI_Status* status) {
-  if (source == MPI_PROC_NULL) return PMPI_Recv(buf, count, type, source, tag, comm, status);
-  if (const int rc = fast_recv(buf, count, type, source, tag, comm, status); rc != -1) return rc;
+// MDSM_Recv past fast_recv. Out of line: its frame (a recv_op) stays off the short path.
+[[gnu::noinline]] int blocking_recv(void* buf, int count, MPI_Datatype type, int source, int tag, MPI_Comm comm,
+                                    MPI_Status* status) {
   if (mdsm::net::current_handler() != nullptr)
     return raise(comm, errc::not_initialized, "MDSM_Recv: called from a message handler (it blocks)");
   recv_op op;
@@ -222,6 +245,26 @@ int MDSM_Recv(void* buf, int count, MPI_Datatype type, int source, int tag, MPI_
   recv_blocking(op);
   if (status != MPI_STATUS_IGNORE) *status = op.status;
   return op.rc;
+}
+
+}  // namespace
+
+extern "C" {
+
+int MDSM_Send(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm, mdsm_annotation a) {
+  if (const int rc = fast_send_none(buf, count, type, dest, tag, comm, &a, false); rc != -1) return rc;
+  return blocking_send(buf, count, type, dest, tag, comm, &a, false);
+}
+
+int MDSM_Ssend(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm, mdsm_annotation a) {
+  if (const int rc = fast_send_none(buf, count, type, dest, tag, comm, &a, true); rc != -1) return rc;
+  return blocking_send(buf, count, type, dest, tag, comm, &a, true);
+}
+
+int MDSM_Recv(void* buf, int count, MPI_Datatype type, int source, int tag, MPI_Comm comm, MPI_Status* status) {
+  if (source == MPI_PROC_NULL) return PMPI_Recv(buf, count, type, source, tag, comm, status);
+  if (const int rc = fast_recv(buf, count, type, source, tag, comm, status); rc != -1) return rc;
+  return blocking_recv(buf, count, type, source, tag, comm, status);
 }
 
 int MDSM_Sendrecv(const void* sendbuf, int sendcount, MPI_Datatype sendtype, int dest, int sendtag, void* recvbuf,

@@ -15,8 +15,9 @@ namespace mdsm {
 
 namespace detail {
 
-namespace {
 std::unique_ptr<runtime> g_runtime;
+
+namespace {
 
 // Frames up to this size travel in the preposted receive ring; larger ones are announced.
 std::size_t inline_frame_max(std::size_t unit) { return std::max<std::size_t>(16 * 1024, unit + 1024); }

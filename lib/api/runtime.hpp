@@ -3,6 +3,7 @@
 #pragma once
 
 #include "coherence/engine.hpp"
+#include "common/deferred.hpp"
 #include "messages/endpoint.hpp"
 #include "net/progress.hpp"
 #include "net/transport.hpp"
@@ -56,6 +57,15 @@ struct runtime {
   std::vector<std::function<void()>> at_finalize;
   ~runtime();
 };
+
+// The runtime between init and finalize, else null. Read through rt() (or rt_or_null()).
+extern std::unique_ptr<runtime> g_runtime;
+// rt() for short paths that must not throw: the runtime, or nullptr where rt() would throw (not
+// initialized, or a deferred error to report on this thread; the caller's general path reports it).
+inline runtime* rt_or_null() noexcept {
+  runtime* r = g_runtime.get();
+  return r != nullptr && !deferred_pending_here() ? r : nullptr;
+}
 
 // The runtime; throws MDSM_ERR_NOT_INITIALIZED outside init..finalize. Also rethrows a deferred
 // error (every public entry point goes through here).

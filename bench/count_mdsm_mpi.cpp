@@ -1,9 +1,9 @@
-// Not a benchmark: a fixed number of MDSM_Send / MDSM_Recv ping-pongs of 8 B between 2 ranks, for
+// Not a benchmark: a fixed number of MDSM_Send / MDSM_Recv ping-pongs (8 B, or BYTES) between 2 ranks, for
 // counting instructions with callgrind (bench/count_mdsm_mpi.sh runs it and prints mdsm's
 // instructions per send and per receive, MPI's own calls subtracted). Timing belongs to
 // bench_mdsm_mpi; instruction counts are what a loaded machine still measures repeatably.
 //
-//   tools/mdsmrun -n 2 build-rel/bench/count_mdsm_mpi none|release|release_nt ROUND_TRIPS
+//   tools/mdsmrun -n 2 build-rel/bench/count_mdsm_mpi none|release|release_nt ROUND_TRIPS [BYTES]
 #include <mdsm/mdsm.hpp>
 #include <mdsm/mdsm_mpi.h>
 
@@ -12,12 +12,14 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
 int main(int argc, char** argv) {
   mdsm::init(&argc, &argv);
   const int rank = mdsm::rank();
-  if (argc != 3 || mdsm::size() != 2) {
-    if (rank == 0) std::fprintf(stderr, "usage: mdsmrun -n 2 %s none|release|release_nt ROUND_TRIPS\n", argv[0]);
+  if ((argc != 3 && argc != 4) || mdsm::size() != 2) {
+    if (rank == 0)
+      std::fprintf(stderr, "usage: mdsmrun -n 2 %s none|release|release_nt ROUND_TRIPS [BYTES]\n", argv[0]);
     mdsm::finalize();
     return 2;
   }
@@ -27,16 +29,17 @@ int main(int argc, char** argv) {
   const long n = std::atol(argv[2]);
   MPI_Comm comm;
   MPI_Comm_dup(MPI_COMM_WORLD, &comm);
-  char out[8] = {1, 2, 3, 4, 5, 6, 7, 8}, in[8];
+  const int bytes = argc == 4 ? std::atoi(argv[3]) : 8;
+  std::vector<char> out(static_cast<std::size_t>(bytes), 1), in(static_cast<std::size_t>(bytes));
   const int peer = 1 - rank;
   MPI_Barrier(comm);
   for (long i = 0; i < n; ++i) {
     if (rank == 0) {
-      MDSM_Send(out, 8, MPI_BYTE, peer, 7, comm, a);
-      MDSM_Recv(in, 8, MPI_BYTE, peer, 7, comm, MPI_STATUS_IGNORE);
+      MDSM_Send(out.data(), bytes, MPI_BYTE, peer, 7, comm, a);
+      MDSM_Recv(in.data(), bytes, MPI_BYTE, peer, 7, comm, MPI_STATUS_IGNORE);
     } else {
-      MDSM_Recv(in, 8, MPI_BYTE, peer, 7, comm, MPI_STATUS_IGNORE);
-      MDSM_Send(out, 8, MPI_BYTE, peer, 7, comm, a);
+      MDSM_Recv(in.data(), bytes, MPI_BYTE, peer, 7, comm, MPI_STATUS_IGNORE);
+      MDSM_Send(out.data(), bytes, MPI_BYTE, peer, 7, comm, a);
     }
   }
   MPI_Barrier(comm);

@@ -7,7 +7,9 @@
 #   bench/count_mdsm_mpi.sh [BUILDDIR] [none|release|release_nt ...]
 #
 # Prints one line per annotation and rank: instructions per send and per receive. Env LIBDIR
-# loads another libmdsm.so.0 (as compare_launches.py does) to count an older library.
+# loads another libmdsm.so.0 (as compare_launches.py does) to count an older library; env BYTES
+# sets the message size (default 8; a message with its data on the side channel makes two MPI
+# sends and two receives, all subtracted).
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-build-rel}
@@ -27,7 +29,7 @@ incl() {  # incl FILE FUNCTION: the function's inclusive instruction count
 for a in "${annots[@]}"; do
   for n in $short $long; do
     "$here/tools/mdsmrun" -n 2 "${env_args[@]}" valgrind -q --tool=callgrind \
-      --callgrind-out-file="$out/$a.$n.%q{OMPI_COMM_WORLD_RANK}" "$build/bench/count_mdsm_mpi" "$a" "$n" \
+      --callgrind-out-file="$out/$a.$n.%q{OMPI_COMM_WORLD_RANK}" "$build/bench/count_mdsm_mpi" "$a" "$n" "${BYTES:-8}" \
       >"$out/log" 2>&1 || { cat "$out/log"; exit 1; }
   done
   for r in 0 1; do

@@ -148,7 +148,7 @@ int fast_send_annotated(const void* buf, int count, MPI_Datatype type, int dest,
 // What follows a received full-header message whose header carries consistency information or
 // names data on the side channel (fast_recv's cold half): the acquire, and the side channel.
 // `in` holds the message, its data already copied out; `st` its status, counts the user's.
-[[gnu::noinline]] int recv_rest(mdsm::detail::runtime* rt, header h, const std::byte* in, void* buf, int count,
+[[gnu::noinline]] int recv_rest(mdsm::detail::runtime* rt, const header& h, const std::byte* in, void* buf, int count,
                                 MPI_Datatype type, std::size_t bytes, MPI_Comm comm, MPI_Status* st, int rc) {
   const context c = enter(comm, "MDSM_Recv", rt);
   if (c.rc != MPI_SUCCESS) return c.rc;
@@ -162,10 +162,10 @@ int fast_send_annotated(const void* buf, int count, MPI_Datatype type, int dest,
       return rc;
     }
   }
-  if (h.inline_cinfo) std::memcpy(h.cinfo, in + offsetof(header, cinfo), h.cinfo_len);
   recv_op op;
   op.c = c;
   op.h = h;
+  if (h.inline_cinfo) std::memcpy(op.h.cinfo, in + offsetof(header, cinfo), h.cinfo_len);
   op.status = *st;
   op.comm = comm;
   op.buf = buf;

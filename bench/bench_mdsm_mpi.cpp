@@ -12,9 +12,8 @@
 //                   mdsm program; tells a cost of mpi_ext from one of the progress thread);
 //   MPI_plus64      plain MPI sending N + 64 bytes, progress thread running: the floor for an
 //                   MDSM message, which carries a 64-byte header (NONE / MPI_plus64 is what
-//                   mpi_ext adds beyond the header's bytes);
-//   MPI_plus8       the same with N + 8 bytes: the floor for a NONE message of up to 55 bytes,
-//                   which carries the 8-byte short header (from 56 bytes NONE's floor is MPI_plus64);
+//                   mpi_ext adds beyond the header's bytes); a NONE message of up to 63 bytes goes
+//                   without one (headerless), so its floor is MPI_progress;
 //   NONE            MDSM_Send(..., MDSM_NONE) / MDSM_Recv;
 //   RELEASE         MDSM_Send(..., MDSM_RELEASE) / MDSM_Recv (both directions; nothing written in
 //                   the coherent region, so the intervals closed carry no write notices).
@@ -58,7 +57,6 @@ constexpr long k_max_bytes = 4 << 20;
 // The "steps/" series: sizes that take the side channel (docs/MPI.md, from 8 KiB).
 constexpr long k_step_sizes[] = {8 << 10, 64 << 10, 256 << 10};
 constexpr long k_header = 64;       // an MDSM message's header (MPI_plus64)
-constexpr long k_short_header = 8;  // a NONE message's of up to 55 bytes (MPI_plus8)
 constexpr int k_tag = 7;
 
 int g_rank = 0;
@@ -186,7 +184,6 @@ void register_all() {
         {make("MPI_Send_Recv", kind::mpi, MDSM_NONE, bytes, false, false, false, false),
          make("MPI_progress", kind::mpi, MDSM_NONE, bytes, false, false, false, true),
          make("MPI_plus64", kind::mpi, MDSM_NONE, bytes + k_header, false, false, false, true),
-         make("MPI_plus8", kind::mpi, MDSM_NONE, bytes + k_short_header, false, false, false, true),
          make("NONE", kind::mdsm, MDSM_NONE, bytes, false, false, false, true),
          make("RELEASE", kind::mdsm, MDSM_RELEASE, bytes, false, false, false, true)},
         opt);
@@ -226,7 +223,6 @@ void print_summary(const mdsm_bench::ratio_reporter& r) {
   std::printf("\nratio to the baseline per size (median of per-round ratios)\n");
   const char* columns[][2] = {{"roundtrip/", "MPI_progress"},
                                {"roundtrip/", "MPI_plus64"},
-                               {"roundtrip/", "MPI_plus8"},
                                {"roundtrip/", "NONE"},
                                {"roundtrip/", "RELEASE"},
                                {"coherent/", "RELEASE_coherent"},

@@ -126,8 +126,8 @@ int send(context& c, send_op& op, const void* buf, int count, MPI_Datatype type,
     // Header and data in one buffer (per thread for blocking sends: MPI is done with it on return).
     thread_local std::vector<std::byte> scratch;
     std::vector<std::byte>& out = mode == send_mode::nonblocking ? op.packed : scratch;
-    // A NONE message of a few bytes takes the short header (ext.hpp, k_short_header).
-    const std::size_t head = a == MDSM_NONE && b.bytes <= k_short_max ? k_short_header : sizeof(header);
+    // A NONE message of a few bytes goes without a header (ext.hpp, is_headerless).
+    const std::size_t head = a == MDSM_NONE && is_headerless(b.bytes) ? 0 : sizeof(header);
     out.resize(head + b.bytes);
     std::memcpy(out.data(), &op.h, head);
     if (b.bytes != 0) std::memcpy(out.data() + head, b.lo, b.bytes);
@@ -246,7 +246,7 @@ bool truncated(int rc) {
 namespace {
 
 // Puts `n` bytes of user data, in packed order, into the first n bytes of op's (buf, count,
-// type). For a receive in place, whose message had the short header: it landed in op.h.
+// type). For a receive in place, whose message was headerless: it landed in op.h.
 void place_packed(recv_op& op, const std::byte* src, std::size_t n) {
   if (op.b.contiguous) {
     std::memcpy(op.b.lo, src, n);
@@ -271,13 +271,13 @@ void place_packed(recv_op& op, const std::byte* src, std::size_t n) {
   PMPI_Unpack(elem.data(), size, &ppos, at, 1, op.type, op.c.rt->mpi_ext_comm);
 }
 
-// A NONE message with the short header (ext.hpp) has arrived, at `raw` (op.packed, or op.h for a
-// receive in place): its data goes to the buffer and nothing follows. MPI saw room for a full
-// header, so a message longer than the buffer is truncated here, as MPI would report it.
-void short_arrived(recv_op& op, const std::byte* raw, int bytes) {
-  const std::size_t sent = static_cast<std::size_t>(bytes - k_short_header);
+// A headerless NONE message (ext.hpp) has arrived, at `raw` (op.packed, or op.h for a receive in
+// place): its data goes to the buffer and nothing follows. MPI saw room for a full header, so a
+// message longer than the buffer is truncated here, as MPI would report it.
+void headerless_arrived(recv_op& op, const std::byte* raw, int bytes) {
+  const std::size_t sent = static_cast<std::size_t>(bytes);
   const std::size_t data = std::min(sent, op.b.bytes);
-  if (data != 0) place_packed(op, raw + k_short_header, data);
+  if (data != 0) place_packed(op, raw, data);
   op.h = header{};  // after the copy: raw may be op.h
   set_received_bytes(&op.status, static_cast<MPI_Count>(data));
   op.at = recv_op::stage::done;
@@ -290,12 +290,10 @@ void short_arrived(recv_op& op, const std::byte* raw, int bytes) {
 // The data message has arrived: check the header, copy the data out, start the side channel.
 void data_arrived(recv_op& op, bool block) {
   const int bytes = static_cast<int>(net::received_bytes(op.status));
-  if (bytes < k_header) {
+  if (is_headerless(static_cast<std::size_t>(bytes))) {
     const std::byte* raw = op.packed.empty() ? reinterpret_cast<const std::byte*>(&op.h) : op.packed.data();
-    if (is_short(raw, bytes)) {
-      short_arrived(op, raw, bytes);
-      return;
-    }
+    headerless_arrived(op, raw, bytes);
+    return;
   }
   if (bytes >= k_header && !op.packed.empty()) std::memcpy(&op.h, op.packed.data(), sizeof(header));
   if (const int rc = check_header(op.h, bytes, op.comm, op.status); rc != MPI_SUCCESS) {

@@ -70,28 +70,19 @@ inline std::uint64_t side_bytes(const header& h) {
 }
 inline void set_side_bytes(header& h, std::uint64_t n) { std::memcpy(h.cinfo + k_inline_cinfo_side, &n, sizeof n); }
 
-// The short header: a NONE message with up to k_short_max bytes of contiguous data carries only
-// the header's first k_short_header bytes (the magic, annotation NONE, zeros) before its data.
-// Such a message is shorter than a full header (8 + 55 < 64) and every other MDSM message is at
-// least as long as one, so its size alone tells it apart: a receive finds the data at offset
-// k_short_header instead of k_header, and a probe's count is its size minus k_short_header,
-// without looking inside. Small messages are where the 56 bytes cost (docs/BENCHMARKS.md).
-inline constexpr int k_short_header = 8;
-inline constexpr std::size_t k_short_max = static_cast<std::size_t>(k_header - k_short_header - 1);
-static_assert(offsetof(header, cinfo_len) == k_short_header);
-// The first `bytes` bytes of a received message at `raw` are a short-header NONE message.
-inline bool is_short(const std::byte* raw, int bytes) {
-  if (bytes < k_short_header || bytes >= k_header) return false;
-  header h;
-  std::memcpy(static_cast<void*>(&h), raw, k_short_header);
-  return h.magic == k_magic && h.annot == MDSM_NONE && h.inline_cinfo == 0 && h.side_data == 0 && h.reserved == 0;
-}
+// Headerless messages: a NONE message with fewer than k_header bytes of contiguous data is sent as
+// its data alone, the very bytes plain MPI would send. Every other MDSM message is at least a
+// header long, so a message's size alone tells it apart: fewer than k_header bytes are NONE data,
+// found without looking inside (a receive posts room for a header, so such a message always fits
+// MPI's count; a probe reports its size). The price: a plain MPI message that short is
+// indistinguishable from one, and an MDSM receive takes it as NONE data (and a plain receive
+// takes a small NONE message's data) -- documented in docs/MPI.md. Small messages are where a
+// header costs most (docs/BENCHMARKS.md).
+inline constexpr std::size_t k_headerless_max = static_cast<std::size_t>(k_header - 1);
+inline bool is_headerless(std::size_t bytes) { return bytes < static_cast<std::size_t>(k_header); }
 // The user's bytes a probe reports for a message of `bytes` bytes on the user's communicator
 // (not a header alone: probe.cpp looks into those).
-inline std::size_t probed_data(std::size_t bytes) {
-  if (bytes >= static_cast<std::size_t>(k_header)) return bytes - k_header;
-  return bytes >= static_cast<std::size_t>(k_short_header) ? bytes - k_short_header : 0;
-}
+inline std::size_t probed_data(std::size_t bytes) { return is_headerless(bytes) ? bytes : bytes - k_header; }
 
 // Up to this many bytes of contiguous user data are copied behind the header into one buffer
 // (sender) or received into one and copied out (receiver); above it, and for non-contiguous

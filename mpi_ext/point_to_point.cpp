@@ -53,8 +53,8 @@ thread_local scratch_buffer t_send_buf, t_recv_buf;
 }
 
 // Copies n <= 64 bytes with a few unaligned loads and stores (overlapping where n is not a width),
-// no call: the short header's data is a few bytes, which libc's memcpy takes longer to dispatch
-// than to copy. s and d do not overlap.
+// no call: a headerless message (ext.hpp) has a few bytes, which libc's memcpy takes longer to
+// dispatch than to copy. s and d do not overlap.
 template <std::size_t W>
 inline void copy_at(std::byte* d, const std::byte* s, std::size_t at) noexcept {
   unsigned char t[W];
@@ -82,32 +82,25 @@ inline void copy_small(std::byte* d, const std::byte* s, std::size_t n) noexcept
   }
 }
 
-// NONE: header and data in one buffer, one MPI call; with the short header (ext.hpp) that buffer
-// is on the stack. `given` as the C caller passed it. -1: take the general path (any other
-// annotation, or anything to check or report), which does not depend on what was read here.
+// NONE: a message of fewer than k_header bytes is the user's own (ext.hpp, headerless): the
+// plain MPI call on the caller's buffer. Otherwise header and data in one buffer, one MPI call.
+// `given` as the C caller passed it. -1: take the general path (any other annotation, or anything
+// to check or report), which does not depend on what was read here.
 [[gnu::always_inline]] inline int fast_send_none(const void* buf, int count, MPI_Datatype type, int dest, int tag,
                                                  MPI_Comm comm, const mdsm_annotation* given, bool sync) {
   int raw = 0;  // read as an int: a C caller may pass any (checked_annotation)
   std::memcpy(&raw, given, sizeof raw);
   std::size_t bytes = 0;
   if (raw != MDSM_NONE || fast_eligible(buf, count, type, copy_max(), bytes) == nullptr) return -1;
-  alignas(16) std::byte small[k_header];
-  std::byte* out = small;
-  std::size_t head = k_short_header;
-  if (bytes <= k_short_max) [[likely]] {
-    static constexpr header k_none{};  // the magic, annotation NONE, zeros
-    std::memcpy(out, &k_none, k_short_header);
-    copy_small(out + k_short_header, static_cast<const std::byte*>(buf), bytes);
-  } else {
-    out = t_send_buf.get(sizeof(header) + bytes);
-    head = sizeof(header);
-    std::memset(out, 0, sizeof(header));
-    std::memcpy(out, &k_magic, sizeof k_magic);
-    std::memcpy(out + head, buf, bytes);
-  }
   mdsm::stats::add(mdsm::stats::counter::mpi_sends_none);
-  const int n = static_cast<int>(head + bytes);
   // (MPI_PROC_NULL as dest: MPI's no-op, as for the user's own buffer.)
+  if (is_headerless(bytes)) [[likely]]
+    return sync ? PMPI_Ssend(buf, count, type, dest, tag, comm) : PMPI_Send(buf, count, type, dest, tag, comm);
+  std::byte* out = t_send_buf.get(sizeof(header) + bytes);
+  static constexpr header k_none{};  // the magic, annotation NONE, zeros
+  std::memcpy(out, &k_none, sizeof k_none);
+  std::memcpy(out + sizeof(header), buf, bytes);
+  const int n = static_cast<int>(sizeof(header) + bytes);
   return sync ? PMPI_Ssend(out, n, MPI_BYTE, dest, tag, comm) : PMPI_Send(out, n, MPI_BYTE, dest, tag, comm);
 }
 
@@ -191,10 +184,10 @@ int fast_send_annotated(const void* buf, int count, MPI_Datatype type, int dest,
   int rc = PMPI_Recv(in, static_cast<int>(sizeof(header) + bytes), MPI_BYTE, source, tag, comm, st);
   if (rc != MPI_SUCCESS && !truncated(rc)) return rc;
   const int got = static_cast<int>(mdsm::net::received_bytes(*st));
-  if (got < k_header && is_short(in, got)) [[likely]] {  // NONE, short header (ext.hpp): nothing follows
-    const std::size_t sent = static_cast<std::size_t>(got - k_short_header);
+  if (is_headerless(static_cast<std::size_t>(got))) [[likely]] {  // NONE data alone (ext.hpp)
+    const std::size_t sent = static_cast<std::size_t>(got);
     const std::size_t data = std::min(sent, bytes);
-    copy_small(static_cast<std::byte*>(buf), in + k_short_header, data);
+    copy_small(static_cast<std::byte*>(buf), in, data);
     set_received_bytes(st, static_cast<MPI_Count>(data));
     if (sent <= bytes) return rc;
     // MPI had room for a full header: the truncation is reported here, as MPI would report it.
@@ -203,8 +196,8 @@ int fast_send_annotated(const void* buf, int count, MPI_Datatype type, int dest,
   }
   // The header's fixed fields first; the whole header only when it carries information.
   header h;
-  if (got >= k_header) std::memcpy(static_cast<void*>(&h), in, offsetof(header, cinfo));
-  if (got < k_header || h.magic != k_magic || h.annot > MDSM_RELEASE_NT ||
+  std::memcpy(static_cast<void*>(&h), in, offsetof(header, cinfo));
+  if (h.magic != k_magic || h.annot > MDSM_RELEASE_NT ||
       (h.inline_cinfo && h.cinfo_len > (h.side_data ? k_inline_cinfo_side : k_inline_cinfo))) [[unlikely]]
     return check_header(h, got, comm, *st);
   // Open MPI 4.1.4 reports a truncated message's whole size: what arrived is what fitted.

@@ -80,8 +80,8 @@ int probe(int source, int tag, MPI_Comm comm, bool block, int* flag, MPI_Status*
     if (rc != MPI_SUCCESS || !*flag) return rc;
     const std::size_t bytes = net::received_bytes(st);
     if (bytes != static_cast<std::size_t>(k_header)) {
-      // The data is in the message, behind a full or a short header, which its size tells (or it
-      // is no MDSM message: the receive reports that).
+      // The data is in the message, behind a full header or alone (headerless), which its size
+      // tells (or it is no MDSM message: the receive reports that).
       set_received_bytes(&st, static_cast<MPI_Count>(probed_data(bytes)));
       if (status != MPI_STATUS_IGNORE) *status = st;
       return MPI_SUCCESS;

@@ -416,14 +416,30 @@ TEST_CASE("mpi_ext: misuse is reported the MPI way", "[mpi][mpi_ext][misuse][np2
     MPI_Type_free(&huge);
     mdsm::free_collective(p);
   }
-  // A plain MPI message received by MDSM_Recv.
+  // A plain MPI message received by MDSM_Recv: one at least a header long is not an MDSM message;
+  // a shorter one cannot be told from a headerless NONE message (docs/MPI.md) and is its data,
+  // as a small NONE message is to a plain MPI_Recv.
   if (me == 0) {
-    MPI_Send(&x, 1, MPI_INT, 1, 55, rc.comm);
+    std::vector<int> plain(16, 7);  // 64 bytes
+    MPI_Send(plain.data(), 16, MPI_INT, 1, 55, rc.comm);
+    MPI_Send(&x, 1, MPI_INT, 1, 54, rc.comm);
+    const int z = 42;
+    REQUIRE(MDSM_Send(&z, 1, MPI_INT, 1, 53, rc.comm, MDSM_NONE) == MPI_SUCCESS);
   } else if (me == 1) {
-    int y = 0;
-    code = MDSM_Recv(&y, 1, MPI_INT, 0, 55, rc.comm, MPI_STATUS_IGNORE);
+    std::vector<int> y(16, 0);
+    code = MDSM_Recv(y.data(), 16, MPI_INT, 0, 55, rc.comm, MPI_STATUS_IGNORE);
     REQUIRE(code != MPI_SUCCESS);
     REQUIRE(error_text(code).find("not sent by an MDSM_ call") != std::string::npos);
+    MPI_Status st;
+    REQUIRE(MDSM_Recv(y.data(), 16, MPI_INT, 0, 54, rc.comm, &st) == MPI_SUCCESS);
+    int count = -1;
+    MPI_Get_count(&st, MPI_INT, &count);
+    REQUIRE(count == 1);
+    REQUIRE(y[0] == x);
+    REQUIRE(MPI_Recv(y.data(), 16, MPI_INT, 0, 53, rc.comm, &st) == MPI_SUCCESS);
+    MPI_Get_count(&st, MPI_INT, &count);
+    REQUIRE(count == 1);
+    REQUIRE(y[0] == 42);
   }
   // Truncation, both paths, as MPI reports it.
   if (me == 0) {

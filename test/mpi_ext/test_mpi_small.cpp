@@ -1,6 +1,6 @@
 // The short paths of the annotated MPI calls (mpi_ext/point_to_point.cpp): a RELEASE that brings
 // nothing new completes without decoding (engine::acquire_if_current), and a NONE message of up
-// to 55 bytes carries the short header (mpi_ext/ext.hpp). Each case is built so that taking the
+// to 63 bytes goes without a header (mpi_ext/ext.hpp, headerless). Each case is built so that taking the
 // short path where it does not apply would show: stale data, a wrong count, a lost truncation.
 #include "mpi_ext/mpi_ext_support.hpp"
 
@@ -155,12 +155,12 @@ TEST_CASE("mpi_ext small: MPI_ANY_SOURCE over short NONE messages and RELEASEs",
   mdsm::free_collective(slots);
 }
 
-TEST_CASE("mpi_ext small: short-header NONE messages reach every receive form", "[mpi][mpi_ext][np2+]") {
+TEST_CASE("mpi_ext small: headerless NONE messages reach every receive form", "[mpi][mpi_ext][np2+]") {
   session s;
   const int me = mdsm::rank();
   returning_comm rc;
-  // 0, 1 and 55 bytes take the short header, 56 the full one: the receiver cannot tell but by size.
-  const int sizes[] = {0, 1, 40, 55, 56, 63};
+  // 0-63 bytes go headerless, 64 and more behind the full header: the receiver tells by size.
+  const int sizes[] = {0, 1, 40, 55, 56, 63, 64};
   std::vector<char> out(64);
   for (std::size_t i = 0; i < out.size(); ++i) out[i] = static_cast<char>('a' + i % 26);
   char* coherent = static_cast<char*>(mdsm::alloc(128));
@@ -215,7 +215,7 @@ TEST_CASE("mpi_ext small: short-header NONE messages reach every receive form", 
         REQUIRE(in[static_cast<std::size_t>(i)] == (i % 2 == 0 && i / 2 < bytes ? out[static_cast<std::size_t>(i / 2)] : '#'));
       // 4: a partial element of a non-contiguous type (the element's other bytes keep theirs).
       std::fill(in.begin(), in.end(), '#');
-      REQUIRE(MDSM_Recv(in.data(), 21, three, 0, 400 + bytes, rc.comm, &st) == MPI_SUCCESS);
+      REQUIRE(MDSM_Recv(in.data(), 22, three, 0, 400 + bytes, rc.comm, &st) == MPI_SUCCESS);
       MPI_Get_elements(&st, three, &elements);
       REQUIRE(elements == bytes);
       for (int i = 0; i < bytes; ++i) {
@@ -254,16 +254,16 @@ TEST_CASE("mpi_ext small: short-header NONE messages reach every receive form", 
   mdsm::free(coherent);
 }
 
-TEST_CASE("mpi_ext small: every short size, from and into every alignment", "[mpi][mpi_ext][np2+]") {
-  // The short path copies its few bytes with overlapping word loads and stores (copy_small in
-  // point_to_point.cpp), on both sides: every size 0-63 (short header up to 55, then the full
-  // one) from and into buffers at offsets 0-7 and 13, with the bytes around the data checked.
+TEST_CASE("mpi_ext small: every small size, from and into every alignment", "[mpi][mpi_ext][np2+]") {
+  // The receive's short path copies a few bytes with overlapping word loads and stores
+  // (copy_small in point_to_point.cpp): every size 0-80 (headerless up to 63, then behind the full
+  // header) from and into buffers at offsets 0-7 and 13, with the bytes around the data checked.
   session s;
   const int me = mdsm::rank();
   returning_comm rc;
   const int offsets[] = {0, 1, 2, 3, 4, 5, 6, 7, 13};
   const auto byte_of = [](int size, int offset, int i) { return static_cast<char>(size * 7 + offset * 3 + i + 1); };
-  for (int size = 0; size < 64; ++size) {
+  for (int size = 0; size <= 80; ++size) {
     for (int offset : offsets) {
       const int tag = size * 16 + offset;
       if (me == 0) {

@@ -12,7 +12,9 @@
  * MPI_Get_count / MPI_Get_elements on the returned status give the user's values, MPI_ANY_SOURCE,
  * MPI_ANY_TAG, MPI_PROC_NULL, non-overtaking order per (source, tag, communicator), truncation.
  * Messages sent with MDSM_ calls must be received with MDSM_ calls (and the other way round):
- * an MDSM message carries a 64-byte header in front of the user's data.
+ * an MDSM message carries a 64-byte header in front of the user's data. (A MDSM_NONE message of
+ * fewer than 64 bytes goes without one, so a plain MPI message that short and an MDSM receive, or
+ * the other way round, exchange exactly the data; docs/MPI.md.)
  *
  * Buffers may lie in the coherent region on one side, both or neither. Every page a send buffer
  * spans is made valid before MPI reads it and every page a receive buffer spans is made writable

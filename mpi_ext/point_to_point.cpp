@@ -211,7 +211,7 @@ int fast_send_annotated(const void* buf, int count, MPI_Datatype type, int dest,
 // MDSM_Send and MDSM_Ssend (`sync`) past fast_send_none. `given` as the C caller passed it
 // (checked_annotation). Out of line: its frame (a send_op) stays off the short path.
 [[gnu::noinline]] int blocking_send(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm,
-                  const mdsm_annotation* given, bool sync) {
+                                    const mdsm_annotation* given, bool sync) {
   const char* call = sync ? "MDSM_Ssend" : "MDSM_Send";
   mdsm_annotation a = MDSM_NONE;
   if (const int rc = checked_annotation(given, comm, call, a); rc != MPI_SUCCESS) return rc;

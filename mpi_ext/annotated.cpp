@@ -128,8 +128,8 @@ int send(context& c, send_op& op, const void* buf, int count, MPI_Datatype type,
     std::vector<std::byte>& out = mode == send_mode::nonblocking ? op.packed : scratch;
     // A NONE message of a few bytes goes without a header (ext.hpp, is_headerless).
     const std::size_t head = a == MDSM_NONE && is_headerless(b.bytes) ? 0 : sizeof(header);
-    out.resize(head + b.bytes);
-    std::memcpy(out.data(), &op.h, head);
+    out.resize(head + b.bytes);  // empty for a headerless message without data: data() may be null
+    if (head != 0) std::memcpy(out.data(), &op.h, head);
     if (b.bytes != 0) std::memcpy(out.data() + head, b.lo, b.bytes);
     const int n = static_cast<int>(out.size());
     switch (mode) {

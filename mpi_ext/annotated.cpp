@@ -222,12 +222,8 @@ int post_recv(recv_op& op, bool block) {
 
 namespace mdsm::mpi_ext {
 
-// A received message is an MDSM message: raises the error if not.
+// A received message is an MDSM message: raises the error if not (ext.hpp).
 int check_header(const header& h, int bytes, MPI_Comm comm, const MPI_Status& st) {
-  if (bytes < k_header)
-    return raise(comm, errc::not_mdsm,
-                 detail::cat("MDSM_Recv: the message from rank ", st.MPI_SOURCE, " (tag ", st.MPI_TAG, ") has ", bytes,
-                             " bytes, fewer than an MDSM header: it was not sent by an MDSM_ call"));
   if (h.magic != k_magic || h.annot > MDSM_RELEASE_NT ||
       (h.inline_cinfo && h.cinfo_len > (h.side_data ? k_inline_cinfo_side : k_inline_cinfo)) ||
       (h.side_data && bytes != k_header))
@@ -295,7 +291,7 @@ void data_arrived(recv_op& op, bool block) {
     headerless_arrived(op, raw, bytes);
     return;
   }
-  if (bytes >= k_header && !op.packed.empty()) std::memcpy(&op.h, op.packed.data(), sizeof(header));
+  if (!op.packed.empty()) std::memcpy(&op.h, op.packed.data(), sizeof(header));
   if (const int rc = check_header(op.h, bytes, op.comm, op.status); rc != MPI_SUCCESS) {
     op.rc = rc;
     op.at = recv_op::stage::done;

@@ -78,7 +78,6 @@ inline void set_side_bytes(header& h, std::uint64_t n) { std::memcpy(h.cinfo + k
 // indistinguishable from one, and an MDSM receive takes it as NONE data (and a plain receive
 // takes a small NONE message's data) -- documented in docs/MPI.md. Small messages are where a
 // header costs most (docs/BENCHMARKS.md).
-inline constexpr std::size_t k_headerless_max = static_cast<std::size_t>(k_header - 1);
 inline bool is_headerless(std::size_t bytes) { return bytes < static_cast<std::size_t>(k_header); }
 // The user's bytes a probe reports for a message of `bytes` bytes on the user's communicator
 // (not a header alone: probe.cpp looks into those).
@@ -279,8 +278,8 @@ int post_recv(recv_op& op, bool block);
 void continue_on_side(recv_op& op, bool block);
 // post_recv and advance to the end, on the calling thread.
 void recv_blocking(recv_op& op);
-// A received message of `bytes` bytes with header h is an MDSM message: MPI_SUCCESS, else the
-// error raised on comm.
+// A received message of `bytes` bytes (not headerless: callers take those first) with header h
+// is an MDSM message: MPI_SUCCESS, else the error raised on comm.
 int check_header(const header& h, int bytes, MPI_Comm comm, const MPI_Status& st);
 // Whether an MPI return code is of class MPI_ERR_TRUNCATE.
 bool truncated(int rc);

@@ -36,15 +36,16 @@ struct scratch_buffer {
 thread_local scratch_buffer t_send_buf, t_recv_buf;
 
 // The common case, in few instructions (a small NONE round trip's whole budget is a few tens of
-// instructions per call: docs/MPI.md, "Cost"): a predefined datatype, at most `max` bytes of data,
-// the buffer outside the coherent region, mdsm up with no error to report, not in a handler, and
-// MPI allowed to block. nullptr: take the general path (which also reports whatever is wrong).
+// instructions per call: docs/MPI.md, "Cost"): a predefined datatype, data small enough to copy
+// (copy_max), the buffer outside the coherent region, mdsm up with no error to report, not in a
+// handler, and MPI allowed to block. nullptr: take the general path (which also reports whatever
+// is wrong).
 [[gnu::always_inline]] inline mdsm::detail::runtime* fast_eligible(const void* buf, int count, MPI_Datatype type,
-                                                                   std::size_t max, std::size_t& bytes) {
+                                                                   std::size_t& bytes) {
   const int size = named_size(type);
   if (size == 0 || count < 0) return nullptr;
   bytes = static_cast<std::size_t>(count) * static_cast<std::size_t>(size);
-  if (bytes > max) return nullptr;
+  if (bytes > copy_max()) return nullptr;
   mdsm::detail::runtime* rt = mdsm::detail::rt_or_null();
   if (rt == nullptr || mdsm::net::current_handler() != nullptr || !may_block(*rt)) return nullptr;
   if (bytes != 0 && rt->engine->region().where(buf, bytes) != mdsm::coherence::region_map::placement_of::outside)
@@ -91,7 +92,7 @@ inline void copy_small(std::byte* d, const std::byte* s, std::size_t n) noexcept
   int raw = 0;  // read as an int: a C caller may pass any (checked_annotation)
   std::memcpy(&raw, given, sizeof raw);
   std::size_t bytes = 0;
-  if (raw != MDSM_NONE || fast_eligible(buf, count, type, copy_max(), bytes) == nullptr) return -1;
+  if (raw != MDSM_NONE || fast_eligible(buf, count, type, bytes) == nullptr) return -1;
   mdsm::stats::add(mdsm::stats::counter::mpi_sends_none);
   // (MPI_PROC_NULL as dest: MPI's no-op, as for the user's own buffer.)
   if (is_headerless(bytes)) [[likely]]
@@ -111,7 +112,7 @@ inline void copy_small(std::byte* d, const std::byte* s, std::size_t n) noexcept
 int fast_send_annotated(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm,
                         mdsm_annotation a, bool sync, const char* call) {
   std::size_t bytes = 0;
-  mdsm::detail::runtime* rt = fast_eligible(buf, count, type, copy_max(), bytes);
+  mdsm::detail::runtime* rt = fast_eligible(buf, count, type, bytes);
   if (rt == nullptr) return -1;
   context c = enter(comm, call, rt);
   if (c.rc != MPI_SUCCESS) return c.rc;  // raised
@@ -177,7 +178,7 @@ int fast_send_annotated(const void* buf, int count, MPI_Datatype type, int dest,
                                             MPI_Comm comm, MPI_Status* status) {
   std::size_t bytes = 0;
   mdsm::detail::runtime* rt = nullptr;
-  if (any_stashed() || (rt = fast_eligible(buf, count, type, copy_max(), bytes)) == nullptr) return -1;
+  if (any_stashed() || (rt = fast_eligible(buf, count, type, bytes)) == nullptr) return -1;
   std::byte* in = t_recv_buf.get(sizeof(header) + bytes);
   MPI_Status ignored;
   MPI_Status* st = status == MPI_STATUS_IGNORE ? &ignored : status;

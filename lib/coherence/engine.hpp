@@ -177,6 +177,11 @@ class engine {
   bool validate(std::uint32_t u, access how);
   // Makes a valid unit's writes recorded (twin, dirty list, hot detection); the caller opens it.
   void begin_write_locked(std::uint32_t u, page_entry& pe);
+  // Unit's own last notice is of the interval closed last: written then (a write now makes it
+  // hot). Page lock held.
+  bool written_last_closed_locked(const page_entry& pe) const {
+    return !pe.own.empty() && pe.own.back().last == last_closed_.load(std::memory_order_relaxed);
+  }
   // After a write fault on valid unit u: if the units before u are writable (a walk writing
   // them), makes the next units writable with it (speculatively, page_entry::speculative). No
   // page lock held.

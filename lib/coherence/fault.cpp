@@ -115,6 +115,14 @@ void engine::write_ahead(std::uint32_t u) {
   // ahead are twinned and dirty but `speculative`: the close compares each with its twin and
   // announces only those written (close_interval_locked), so overshooting the end of a block
   // costs a twin and a compare per unit, never a write notice.
+  //
+  // A unit written in the interval closed last still has its twin (the diff is lazy), so it
+  // cannot be speculative: its twin no longer shows what this interval wrote. It is opened as
+  // its own write fault would open it -- dirty, and hot (begin_write_locked) -- so it is
+  // announced in this interval even if the walk stops short of it. That is the fault's own
+  // outcome a moment early, and a notice for an interval that did not write a unit is safe (its
+  // diff holds nothing new). It saves the fault per unit of a block rewritten walk by walk in
+  // consecutive intervals (SOR's first sweep after the initialisation: 4,096 faults per rank).
   constexpr std::uint32_t k_write_min = 8, k_write_max = 64;
   if (size_ == 1) return;  // alone: units are plain read-write memory, no write faults
   std::uint32_t behind = 0;
@@ -132,10 +140,12 @@ void engine::write_ahead(std::uint32_t u) {
   for (std::uint32_t v = u + 1; v < region_.units() && v - u <= window; ++v) {
     bool taken = false;
     opened.visit(v, [&](page_entry& pe) -> unit_protection {
-      if (pe.state != page_state::valid || pe.prot != os::prot::read || pe.twin || pe.dirty || pe.hot || pe.fetching)
+      if (pe.state != page_state::valid || pe.prot != os::prot::read || pe.dirty || pe.hot || pe.fetching)
         return {pe.prot};
+      if (pe.twin && !written_last_closed_locked(pe)) return {pe.prot};
+      const bool speculative = !pe.twin;
       begin_write_locked(v, pe);
-      pe.speculative = true;
+      pe.speculative = speculative;
       taken = true;
       return {os::prot::read_write};
     });
@@ -148,9 +158,8 @@ void engine::begin_write_locked(std::uint32_t u, page_entry& pe) {
   // Written in the interval closed last and again now: likely written in every interval, so it
   // becomes hot at the next close. (A snapshot diff made in between, for a request or a push,
   // leaves the twin: a unit two ranks write in turn stays writable on both.)
-  const std::uint32_t closed = last_closed_.load(std::memory_order_relaxed);
   pe.speculative = false;  // a write fault: written for sure
-  if (pe.twin && hot_intervals_ != 0 && !pe.own.empty() && pe.own.back().last == closed) pe.hot = true;
+  if (pe.twin && hot_intervals_ != 0 && written_last_closed_locked(pe)) pe.hot = true;
   if (!pe.twin) {
     pe.twin = make_unit_buffer(region_.unit());
     copy_unit(pe.twin.get(), region_.lib_unit(u), region_.unit());

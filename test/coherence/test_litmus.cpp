@@ -1552,6 +1552,51 @@ TEST_CASE("litmus 54: walks written in turn each get their write-ahead; overshoo
   b.arrive_and_wait();
 }
 
+TEST_CASE("litmus 55: a block walked again in the next interval opens ahead as hot; a walk stopping short loses nothing",
+          "[mpi][litmus][np2+]") {
+  // Rank 0 writes pages 0-59 in one interval, then walks pages 0-39 again in the next. Those
+  // units still hold their twins (the diffs are lazy), so they cannot be opened speculatively;
+  // the second walk opens them ahead as written (hot) and takes far fewer than 40 write faults.
+  // The window overshoots into pages 40-59, written in the first interval only, where rank 1
+  // writes another word at the same time (and into pages 60-69, never written by rank 0). Every
+  // rank then reads every word, after a quiet interval too, and rank 0 reads rank 1's next write
+  // to a unit it keeps open.
+  session s;
+  constexpr int pages = 100, first = 60, second = 40;
+  int* a = mdsm::alloc_collective_array<int>(pages * k_words_per_page);
+  auto at = [&](int page, int word) -> int& { return a[page * k_words_per_page + word]; };
+  const int me = mdsm::rank();
+  for (int p = 0; p < pages; ++p) (void)at(p, 0);  // valid read-only copies everywhere
+  mdsm::barrier b;
+  b.arrive_and_wait();
+  if (me == 0)
+    for (int p = 0; p < first; ++p) at(p, 0) = p + 1;
+  b.arrive_and_wait();
+  if (me == 0) {
+    const auto faults = stat("write_faults");
+    for (int p = 0; p < second; ++p) at(p, 1) = p + 100;
+    CHECK(stat("write_faults") - faults < 10);  // 40 when only untwinned units were opened ahead
+  } else if (me == 1) {
+    for (int p = second; p < 70; ++p) at(p, 5) = -p;
+  }
+  b.arrive_and_wait();
+  auto check_all = [&] {
+    for (int p = 0; p < pages; ++p) {
+      REQUIRE(at(p, 0) == (p < first ? p + 1 : 0));
+      REQUIRE(at(p, 1) == (p < second ? p + 100 : 0));
+      REQUIRE(at(p, 5) == (p >= second && p < 70 ? -p : 0));
+    }
+  };
+  check_all();
+  b.arrive_and_wait();  // an interval in which nobody writes
+  check_all();
+  if (me == 1) at(45, 6) = 4545;
+  b.arrive_and_wait();
+  CHECK(at(45, 6) == 4545);
+  check_all();
+  b.arrive_and_wait();
+}
+
 TEST_CASE("litmus 47: the window ahead of a walk (prefetch) with notices, a free and a collection while in flight",
           "[mpi][litmus][np2+]") {
   // Rank 1 walks rank 0's pages; each fault that continues the walk asks for the next window

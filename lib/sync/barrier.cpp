@@ -258,11 +258,18 @@ void barrier::arrive_and_wait() {
         s->metadata_max.erase(epoch);
         mismatch = s->mismatch;
       }
-      accept_all(arrivals);
       if (mismatch) {
+        accept_all(arrivals);
         detail::fail(MDSM_ERR_MISMATCH, "barrier ", id_text(id_), ": an arrival came from a rank that is not a participant "
                      "or that counts a different number of participants");
       }
+      // A departure must carry the records of every arrival but its receiver's own, so the
+      // arrivals are taken in first -- except with one other member: its departure needs nothing
+      // of its arrival, and it goes out before this rank applies that arrival to its own memory
+      // (invalidations, pushed diffs: 8-12 us at apsp's 1,536 barriers), which the other member
+      // would otherwise wait for.
+      const bool depart_first = n == 2;
+      if (!depart_first) accept_all(arrivals);
       const std::uint64_t threshold = gc_threshold();
       collect = global && threshold != 0 && meta > threshold;
       const barrier_departure d{epoch, collect ? 1u : 0u, 0};
@@ -271,6 +278,7 @@ void barrier::arrive_and_wait() {
         for (int r : s->members)
           if (r != me) send(r, sv.h_barrier_depart, payload_builder(id_, op_depart).put(d).bytes(), annotation::release);
       }
+      if (depart_first) accept_all(arrivals);
     } else {
       op.about("barrier", id_, s->manager, "its manager, which answers once every participant arrived");
       const barrier_arrival a{epoch, static_cast<std::uint32_t>(n), 0, my_metadata()};

@@ -1,6 +1,7 @@
 // Coordination primitives across real ranks: mutual exclusion, grant order, try_lock by
 // lending, semaphores, condition variables, barriers (global and subset), the work queue with
 // termination, and the message counts each operation costs.
+#include "support/mailbox.hpp"
 #include "support/session.hpp"
 
 #include <mdsm/mdsm.h>
@@ -470,6 +471,39 @@ TEST_CASE("barrier: a subset of ranks synchronizes among itself", "[sync][np3+]"
                          }));
   }
   all.arrive_and_wait();
+}
+
+TEST_CASE("barrier: two members; the departure leaves before the arrival is applied and still carries a third rank's writes",
+          "[sync][np3+]") {
+  // A barrier of two members sends its departure before its manager applies the other member's
+  // arrival. Each round: rank 2 writes a word and RELEASEs it to rank 0 (the pair's manager),
+  // which accepts it before arriving; ranks 0 and 1 write other words of the same page; after the
+  // pair's barrier both see all three words -- rank 1 sees rank 2's through rank 0's departure.
+  MDSM_NEED_RANKS(3);
+  session s;
+  mailbox box("sync.pair_box");
+  const int me = mdsm::rank();
+  const std::vector<int> pair{0, 1};
+  mdsm::barrier two(pair);
+  mdsm::barrier all;
+  auto* words = mdsm::alloc_collective_array<long>(3);
+  all.arrive_and_wait();
+  constexpr int rounds = 20;
+  for (int round = 1; round <= rounds; ++round) {
+    if (me == 2) {
+      words[2] = 2000 + round;
+      box.send(0, mdsm::annotation::release);
+    } else if (me <= 1) {
+      words[me] = 1000 * me + round;
+      if (me == 0) box.wait(round, 2);
+      two.arrive_and_wait();
+      REQUIRE(words[0] == round);
+      REQUIRE(words[1] == 1000 + round);
+      REQUIRE(words[2] == 2000 + round);
+      two.arrive_and_wait();  // both have read before the next round writes
+    }
+    all.arrive_and_wait();
+  }
 }
 
 TEST_CASE("semaphore: permits carry the releaser's writes", "[sync][np2+]") {

@@ -99,6 +99,8 @@ int send(context& c, send_op& op, const void* buf, int count, MPI_Datatype type,
   // Blocking modes block inside MPI only while the progress thread serves this rank.
   const bool blocking = mode != send_mode::nonblocking && may_block(*c.rt);
   const bool copy = b.contiguous && b.bytes <= copy_max();
+  std::optional<stats::mpi_wait_scope> waiting;  // a blocking send's MPI calls wait for the receiver
+  if (blocking) waiting.emplace();
   if (side) {
     // The header alone on the user's communicator, posted first: the receiver must match it
     // before it can receive the data, which a blocking send then waits for. The mode applies to
@@ -158,6 +160,7 @@ int send(context& c, send_op& op, const void* buf, int count, MPI_Datatype type,
     }
   }
   if (mode == send_mode::nonblocking) return rc;
+  waiting.reset();  // wait_send counts its own
   const int waited = wait_send(*c.rt, op, comm);
   return rc != MPI_SUCCESS ? rc : waited;
 }
@@ -210,6 +213,8 @@ int post_recv(recv_op& op, bool block) {
     op.stype = header_and(&op.h, op.buf, op.count, op.type, op.own_stype);
     t = op.stype;
   }
+  std::optional<stats::mpi_wait_scope> waiting;
+  if (wait_here) waiting.emplace();
   if (op.msg != MPI_MESSAGE_NULL)
     op.rc = wait_here ? PMPI_Mrecv(at, n, t, &op.msg, &op.status) : PMPI_Imrecv(at, n, t, &op.msg, &op.req);
   else
@@ -331,9 +336,10 @@ void start_cinfo(recv_op& op, bool block) {
   const int n = static_cast<int>(op.cinfo.size());
   const int tag = static_cast<int>(op.h.side_tag);
   int rc;
-  if (block && may_block(*op.c.rt))
+  if (block && may_block(*op.c.rt)) {
+    stats::mpi_wait_scope waiting;
     rc = PMPI_Recv(op.cinfo.data(), n, MPI_BYTE, peer, tag, op.c.rt->mpi_ext_comm, MPI_STATUS_IGNORE);
-  else
+  } else
     rc = PMPI_Irecv(op.cinfo.data(), n, MPI_BYTE, peer, tag, op.c.rt->mpi_ext_comm, &op.req);
   if (rc != MPI_SUCCESS) {
     op.rc = rc;
@@ -360,6 +366,8 @@ bool match_side_data(recv_op& op, bool block) {
   const int tag = static_cast<int>(op.h.side_tag + 1);
   const MPI_Comm side = op.c.rt->mpi_ext_comm;
   const bool wait_here = block && may_block(*op.c.rt);
+  std::optional<stats::mpi_wait_scope> waiting;
+  if (wait_here) waiting.emplace();
   if (side_bytes(op.h) <= op.b.bytes) {
     op.side_matched = true;
     op.rc = wait_here ? PMPI_Recv(op.buf, op.count, op.type, peer, tag, side, &op.side_status)

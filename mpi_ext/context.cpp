@@ -244,7 +244,10 @@ int describe(context& c, MPI_Comm comm, const void* buf, int count, MPI_Datatype
 }
 
 int wait_one(const detail::runtime& rt, MPI_Request* req, MPI_Status* status) {
-  if (may_block(rt)) return PMPI_Wait(req, status);
+  if (may_block(rt)) {
+    stats::mpi_wait_scope waiting;
+    return PMPI_Wait(req, status);
+  }
   int rc = MPI_SUCCESS;
   net::no_switch_scope stay;  // MPI waits block the OS thread (docs/FIBERS.md)
   rt.progress->wait_until([&] {

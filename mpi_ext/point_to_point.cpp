@@ -53,6 +53,20 @@ thread_local scratch_buffer t_send_buf, t_recv_buf;
   return rt;
 }
 
+// A short path's blocking send and receive with their time counted as waiting
+// (stats::mpi_wait_scope). Out of line and without a closure: the short paths only test
+// stats::timing() for them and keep their frames (and tail calls) as before.
+[[gnu::noinline]] int timed_send(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm,
+                                 bool sync) {
+  mdsm::stats::mpi_wait_scope waiting;
+  return sync ? PMPI_Ssend(buf, count, type, dest, tag, comm) : PMPI_Send(buf, count, type, dest, tag, comm);
+}
+[[gnu::noinline]] int timed_recv(void* buf, int count, MPI_Datatype type, int source, int tag, MPI_Comm comm,
+                                 MPI_Status* st) {
+  mdsm::stats::mpi_wait_scope waiting;
+  return PMPI_Recv(buf, count, type, source, tag, comm, st);
+}
+
 // Copies n <= 64 bytes with a few unaligned loads and stores (overlapping where n is not a width),
 // no call: a headerless message (ext.hpp) has a few bytes, which libc's memcpy takes longer to
 // dispatch than to copy. s and d do not overlap.
@@ -95,13 +109,18 @@ inline void copy_small(std::byte* d, const std::byte* s, std::size_t n) noexcept
   if (raw != MDSM_NONE || fast_eligible(buf, count, type, bytes) == nullptr) return -1;
   mdsm::stats::add(mdsm::stats::counter::mpi_sends_none);
   // (MPI_PROC_NULL as dest: MPI's no-op, as for the user's own buffer.)
-  if (is_headerless(bytes)) [[likely]]
+  if (is_headerless(bytes)) [[likely]] {
+    if (mdsm::stats::timing()) [[unlikely]]
+      return timed_send(buf, count, type, dest, tag, comm, sync);
     return sync ? PMPI_Ssend(buf, count, type, dest, tag, comm) : PMPI_Send(buf, count, type, dest, tag, comm);
+  }
   std::byte* out = t_send_buf.get(sizeof(header) + bytes);
   static constexpr header k_none{};  // the magic, annotation NONE, zeros
   std::memcpy(out, &k_none, sizeof k_none);
   std::memcpy(out + sizeof(header), buf, bytes);
   const int n = static_cast<int>(sizeof(header) + bytes);
+  if (mdsm::stats::timing()) [[unlikely]]
+    return timed_send(out, n, MPI_BYTE, dest, tag, comm, sync);
   return sync ? PMPI_Ssend(out, n, MPI_BYTE, dest, tag, comm) : PMPI_Send(out, n, MPI_BYTE, dest, tag, comm);
 }
 
@@ -136,6 +155,8 @@ int fast_send_annotated(const void* buf, int count, MPI_Datatype type, int dest,
   std::memcpy(h->cinfo, w.bytes().data(), w.size());
   if (bytes != 0) std::memcpy(out + sizeof(header), buf, bytes);
   const int n = static_cast<int>(sizeof(header) + bytes);
+  if (mdsm::stats::timing()) [[unlikely]]
+    return timed_send(out, n, MPI_BYTE, dest, tag, comm, sync);
   return sync ? PMPI_Ssend(out, n, MPI_BYTE, dest, tag, comm) : PMPI_Send(out, n, MPI_BYTE, dest, tag, comm);
 }
 
@@ -182,7 +203,9 @@ int fast_send_annotated(const void* buf, int count, MPI_Datatype type, int dest,
   std::byte* in = t_recv_buf.get(sizeof(header) + bytes);
   MPI_Status ignored;
   MPI_Status* st = status == MPI_STATUS_IGNORE ? &ignored : status;
-  int rc = PMPI_Recv(in, static_cast<int>(sizeof(header) + bytes), MPI_BYTE, source, tag, comm, st);
+  const int n = static_cast<int>(sizeof(header) + bytes);
+  int rc = mdsm::stats::timing() ? timed_recv(in, n, MPI_BYTE, source, tag, comm, st)
+                                 : PMPI_Recv(in, n, MPI_BYTE, source, tag, comm, st);
   if (rc != MPI_SUCCESS && !truncated(rc)) return rc;
   const int got = static_cast<int>(mdsm::net::received_bytes(*st));
   if (is_headerless(static_cast<std::size_t>(got))) [[likely]] {  // NONE data alone (ext.hpp)

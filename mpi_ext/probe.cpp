@@ -29,7 +29,10 @@ int probe_mpi(const detail::runtime& rt, int source, int tag, MPI_Comm comm, boo
               MPI_Status* st) {
   if (!block) return PMPI_Iprobe(source, tag, comm, flag, st);
   *flag = 1;
-  if (may_block(rt)) return PMPI_Probe(source, tag, comm, st);
+  if (may_block(rt)) {
+    stats::mpi_wait_scope waiting;
+    return PMPI_Probe(source, tag, comm, st);
+  }
   int rc = MPI_SUCCESS;
   net::no_switch_scope stay;  // MPI waits block the OS thread (docs/FIBERS.md)
   rt.progress->wait_until([&] {

@@ -161,7 +161,10 @@ int wait_plain(MPI_Request* req, MPI_Status* status) {
 
 int wait_plain_all(int count, MPI_Request reqs[], MPI_Status statuses[]) {
   const detail::runtime* rt = runtime_if_up();
-  if (rt == nullptr || may_block(*rt)) return PMPI_Waitall(count, reqs, statuses);
+  if (rt == nullptr || may_block(*rt)) {
+    stats::mpi_wait_scope waiting;
+    return PMPI_Waitall(count, reqs, statuses);
+  }
   int rc = MPI_SUCCESS;
   net::no_switch_scope stay;  // MPI waits block the OS thread (docs/FIBERS.md)
   rt->progress->wait_until([&] {

@@ -183,6 +183,25 @@ void reset();
 enum class activity : std::uint8_t { none, fault, gc };
 extern thread_local constinit activity t_activity;
 
+// A wait that MPI itself does, outside mdsm's progress engine (mpi_ext's blocking receives,
+// probes, waits and sends): when timing() is on, adds its elapsed time to wait_ns, and to
+// sync_wait_ns outside faults and GC, as the engine's own waits do (net::progress::wait_until).
+class mpi_wait_scope {
+ public:
+  mpi_wait_scope() noexcept : start_(timing() ? ticks() : 0) {}
+  ~mpi_wait_scope() {
+    if (start_ == 0) return;
+    const std::uint64_t t = ticks() - start_;
+    add(counter::wait_ns, t);
+    if (t_activity == activity::none) add(counter::sync_wait_ns, t);
+  }
+  mpi_wait_scope(const mpi_wait_scope&) = delete;
+  mpi_wait_scope& operator=(const mpi_wait_scope&) = delete;
+
+ private:
+  std::uint64_t start_;
+};
+
 // Marks its scope as `a` (nested scopes keep the outermost) and, when timing() is on, adds its
 // elapsed time to `c`.
 class activity_scope {

@@ -5,10 +5,12 @@
 
 #include <mdsm/mdsm_mpi.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <numeric>
 #include <string>
+#include <thread>
 #include <vector>
 
 using namespace mdsm_test;
@@ -73,6 +75,49 @@ TEST_CASE("mpi_ext: NONE carries no consistency, RELEASE_NT and REQUEST are coun
     // REQUEST taught this rank rank 0's vector time.
     REQUIRE(got == 5);
   }
+  world_barrier();
+}
+
+TEST_CASE("mpi_ext: time blocked in MDSM_Recv, MDSM_Probe and MDSM_Wait counts as synchronization wait",
+          "[mpi][mpi_ext][np2+]") {
+  // Rank 1 sends rank 0 three messages, each 30 ms late (a NONE message short enough for the
+  // short path, a RELEASE, and one rank 0 waits for with MDSM_Irecv + MDSM_Wait after an
+  // MDSM_Probe). MPI itself waits in these calls; their time must show in wait_ns and
+  // sync_wait_ns as a wait inside mdsm's own engine does (the apps' time breakdown reads them).
+  session s;
+  const int me = mdsm::rank();
+  mdsm::set_statistics_timing(true);
+  constexpr std::uint64_t k_late_ns = 30'000'000;
+  if (me == 0) {
+    auto waited = [](auto&& call) {
+      const std::uint64_t wait0 = stat("wait_ns"), sync0 = stat("sync_wait_ns");
+      call();
+      CHECK(stat("wait_ns") - wait0 >= k_late_ns / 2);
+      CHECK(stat("sync_wait_ns") - sync0 >= k_late_ns / 2);
+    };
+    int got = 0;
+    waited([&] { REQUIRE(MDSM_Recv(&got, 1, MPI_INT, 1, 11, MPI_COMM_WORLD, MPI_STATUS_IGNORE) == MPI_SUCCESS); });
+    CHECK(got == 1);
+    waited([&] { REQUIRE(MDSM_Recv(&got, 1, MPI_INT, 1, 12, MPI_COMM_WORLD, MPI_STATUS_IGNORE) == MPI_SUCCESS); });
+    CHECK(got == 2);
+    MPI_Status st;
+    waited([&] { REQUIRE(MDSM_Probe(1, 13, MPI_COMM_WORLD, &st) == MPI_SUCCESS); });
+    MPI_Request req;
+    REQUIRE(MDSM_Irecv(&got, 1, MPI_INT, 1, 13, MPI_COMM_WORLD, &req) == MPI_SUCCESS);
+    REQUIRE(MDSM_Wait(&req, MPI_STATUS_IGNORE) == MPI_SUCCESS);
+    CHECK(got == 3);
+    REQUIRE(MDSM_Irecv(&got, 1, MPI_INT, 1, 14, MPI_COMM_WORLD, &req) == MPI_SUCCESS);
+    waited([&] { REQUIRE(MDSM_Wait(&req, MPI_STATUS_IGNORE) == MPI_SUCCESS); });
+    CHECK(got == 4);
+  } else if (me == 1) {
+    const mdsm_annotation how[] = {MDSM_NONE, MDSM_RELEASE, MDSM_NONE, MDSM_RELEASE};
+    for (int i = 0; i < 4; ++i) {
+      std::this_thread::sleep_for(std::chrono::nanoseconds(k_late_ns));
+      const int v = i + 1;
+      REQUIRE(MDSM_Send(&v, 1, MPI_INT, 0, 11 + i, MPI_COMM_WORLD, how[i]) == MPI_SUCCESS);
+    }
+  }
+  mdsm::set_statistics_timing(false);
   world_barrier();
 }
 

@@ -20,6 +20,20 @@ using namespace mdsm_test;
 
 namespace {
 constexpr int k_words_per_page = 1024;  // 4-byte words in a 4 KiB coherence unit
+
+// `pages` pages of ints in the collective arena, which every rank reads once on construction so
+// that it holds a valid read-only copy of each. at(page, word) is that word.
+class paged_ints {
+ public:
+  explicit paged_ints(int pages)
+      : base_(mdsm::alloc_collective_array<int>(static_cast<std::size_t>(pages) * k_words_per_page)) {
+    for (int p = 0; p < pages; ++p) (void)(*this)(p, 0);
+  }
+  int& operator()(int page, int word) const { return base_[page * k_words_per_page + word]; }
+
+ private:
+  int* base_;
+};
 }
 
 TEST_CASE("litmus 1: a RELEASE makes the sender's earlier writes visible", "[mpi][litmus][np2+]") {
@@ -1433,10 +1447,8 @@ TEST_CASE("litmus 45: a run of write faults makes the next units writable ahead;
   session s;
   mailbox box("litmus.box");
   constexpr int pages = 100, written = 40;
-  int* a = mdsm::alloc_collective_array<int>(pages * k_words_per_page);
-  auto at = [&](int page, int word) -> int& { return a[page * k_words_per_page + word]; };
+  const paged_ints at(pages);  // valid read-only copies everywhere
   const int me = mdsm::rank();
-  for (int p = 0; p < pages; ++p) (void)at(p, 0);  // every rank reads every page first: valid copies
   mdsm::barrier b;
   b.arrive_and_wait();
   if (me == 0) {
@@ -1481,10 +1493,8 @@ TEST_CASE("litmus 46: a unit made writable ahead, then invalidated and read, ann
   session s;
   mailbox box("litmus.box");
   constexpr int pages = 16;
-  int* a = mdsm::alloc_collective_array<int>(pages * k_words_per_page);
-  auto at = [&](int page, int word) -> int& { return a[page * k_words_per_page + word]; };
+  const paged_ints at(pages);  // valid read-only copies everywhere
   const int me = mdsm::rank();
-  for (int p = 0; p < pages; ++p) (void)at(p, 0);
   mdsm::barrier b;
   b.arrive_and_wait();
   if (me == 0) {
@@ -1525,10 +1535,8 @@ TEST_CASE("litmus 54: walks written in turn each get their write-ahead; overshoo
   // ranks read both ranks' words.
   session s;
   constexpr int runs = 4, stretch = 50, run_pages = 30, pages = runs * stretch;
-  int* a = mdsm::alloc_collective_array<int>(pages * k_words_per_page);
-  auto at = [&](int page, int word) -> int& { return a[page * k_words_per_page + word]; };
+  const paged_ints at(pages);  // valid read-only copies everywhere
   const int me = mdsm::rank();
-  for (int p = 0; p < pages; ++p) (void)at(p, 0);  // valid read-only copies everywhere
   mdsm::barrier b;
   b.arrive_and_wait();
   const auto faults = stat("write_faults"), ahead = stat("write_ahead_units"), notices = stat("write_notices_created");
@@ -1563,10 +1571,8 @@ TEST_CASE("litmus 55: a block walked again in the next interval opens ahead as h
   // to a unit it keeps open.
   session s;
   constexpr int pages = 100, first = 60, second = 40;
-  int* a = mdsm::alloc_collective_array<int>(pages * k_words_per_page);
-  auto at = [&](int page, int word) -> int& { return a[page * k_words_per_page + word]; };
+  const paged_ints at(pages);  // valid read-only copies everywhere
   const int me = mdsm::rank();
-  for (int p = 0; p < pages; ++p) (void)at(p, 0);  // valid read-only copies everywhere
   mdsm::barrier b;
   b.arrive_and_wait();
   if (me == 0)

@@ -99,8 +99,7 @@ int send(context& c, send_op& op, const void* buf, int count, MPI_Datatype type,
   // Blocking modes block inside MPI only while the progress thread serves this rank.
   const bool blocking = mode != send_mode::nonblocking && may_block(*c.rt);
   const bool copy = b.contiguous && b.bytes <= copy_max();
-  std::optional<stats::mpi_wait_scope> waiting;  // a blocking send's MPI calls wait for the receiver
-  if (blocking) waiting.emplace();
+  stats::mpi_wait_scope waiting(blocking);  // a blocking send's MPI calls wait for the receiver
   if (side) {
     // The header alone on the user's communicator, posted first: the receiver must match it
     // before it can receive the data, which a blocking send then waits for. The mode applies to
@@ -160,7 +159,7 @@ int send(context& c, send_op& op, const void* buf, int count, MPI_Datatype type,
     }
   }
   if (mode == send_mode::nonblocking) return rc;
-  waiting.reset();  // wait_send counts its own
+  waiting.stop();  // wait_send counts its own
   const int waited = wait_send(*c.rt, op, comm);
   return rc != MPI_SUCCESS ? rc : waited;
 }
@@ -213,8 +212,7 @@ int post_recv(recv_op& op, bool block) {
     op.stype = header_and(&op.h, op.buf, op.count, op.type, op.own_stype);
     t = op.stype;
   }
-  std::optional<stats::mpi_wait_scope> waiting;
-  if (wait_here) waiting.emplace();
+  stats::mpi_wait_scope waiting(wait_here);
   if (op.msg != MPI_MESSAGE_NULL)
     op.rc = wait_here ? PMPI_Mrecv(at, n, t, &op.msg, &op.status) : PMPI_Imrecv(at, n, t, &op.msg, &op.req);
   else
@@ -366,8 +364,7 @@ bool match_side_data(recv_op& op, bool block) {
   const int tag = static_cast<int>(op.h.side_tag + 1);
   const MPI_Comm side = op.c.rt->mpi_ext_comm;
   const bool wait_here = block && may_block(*op.c.rt);
-  std::optional<stats::mpi_wait_scope> waiting;
-  if (wait_here) waiting.emplace();
+  stats::mpi_wait_scope waiting(wait_here);
   if (side_bytes(op.h) <= op.b.bytes) {
     op.side_matched = true;
     op.rc = wait_here ? PMPI_Recv(op.buf, op.count, op.type, peer, tag, side, &op.side_status)

@@ -274,12 +274,7 @@ std::string progress::describe_blocked() {
   return out;
 }
 
-void progress::add_wait_time(const waiter_guard& w) {
-  const std::uint64_t t = stats::ticks() - w.start_;
-  stats::storage::block& b = stats::local();
-  stats::add(b, stats::counter::wait_ns, t);
-  if (stats::t_activity == stats::activity::none) stats::add(b, stats::counter::sync_wait_ns, t);
-}
+void progress::add_wait_time(const waiter_guard& w) { stats::add_wait(stats::ticks() - w.start_); }
 
 void progress::wake_parked() {
   if (parked_.load(std::memory_order_seq_cst)) transport_.bells().wake_own();

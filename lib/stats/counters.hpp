@@ -183,17 +183,23 @@ void reset();
 enum class activity : std::uint8_t { none, fault, gc };
 extern thread_local constinit activity t_activity;
 
+// Counts `t` ticks of waiting on remote events: wait_ns, and sync_wait_ns outside faults and GC.
+inline void add_wait(std::uint64_t t) {
+  storage::block& b = local();
+  add(b, counter::wait_ns, t);
+  if (t_activity == activity::none) add(b, counter::sync_wait_ns, t);
+}
+
 // A wait that MPI itself does, outside mdsm's progress engine (mpi_ext's blocking receives,
-// probes, waits and sends): when timing() is on, adds its elapsed time to wait_ns, and to
-// sync_wait_ns outside faults and GC, as the engine's own waits do (net::progress::wait_until).
+// probes, waits and sends), counted as the engine's own waits are (add_wait) when timing() is
+// on: from construction (with `on`) to stop() or destruction.
 class mpi_wait_scope {
  public:
-  mpi_wait_scope() noexcept : start_(timing() ? ticks() : 0) {}
-  ~mpi_wait_scope() {
-    if (start_ == 0) return;
-    const std::uint64_t t = ticks() - start_;
-    add(counter::wait_ns, t);
-    if (t_activity == activity::none) add(counter::sync_wait_ns, t);
+  explicit mpi_wait_scope(bool on = true) noexcept : start_(on && timing() ? ticks() : 0) {}
+  ~mpi_wait_scope() { stop(); }
+  void stop() noexcept {
+    if (start_ != 0) add_wait(ticks() - start_);
+    start_ = 0;
   }
   mpi_wait_scope(const mpi_wait_scope&) = delete;
   mpi_wait_scope& operator=(const mpi_wait_scope&) = delete;

@@ -16,7 +16,7 @@ sed -i "s|^prefix=|prefix=$dest|" "$pcdir/mdsm.pc"
 export PKG_CONFIG_PATH="$pcdir"
 libdir=$(pkg-config --variable=libdir mdsm)
 ls "$libdir"/libmdsm.so "$libdir"/libmdsm.a >/dev/null
-for h in mdsm.h mdsm.hpp noncoherent.hpp upcalls.hpp fibers.hpp mdsm_status.h error.hpp parmacs.h parmacs.m4; do
+for h in mdsm.h mdsm.hpp noncoherent.hpp sync.hpp upcalls.hpp fibers.hpp mdsm_status.h error.hpp parmacs.h parmacs.m4; do
   [[ -f "$(pkg-config --variable=includedir mdsm)/mdsm/$h" ]] || { echo "header $h missing" >&2; exit 1; }
 done
 cd "$dest"

@@ -41,10 +41,13 @@ int main(int argc, char** argv) {
   const row_block mine = block_of(n, ranks, me);
 
   // Each rank initializes its own rows of A and B; the barrier makes them visible everywhere.
+  // It also zeroes its rows of C, as the plain-MPI version's C starts as a zeroed vector: the
+  // pages C lands in are then this rank's before the measurement starts, in both versions.
   for (long i = mine.begin; i < mine.end; ++i)
     for (long j = 0; j < n; ++j) {
       a[i * n + j] = a_value(opt.seed, i, j);
       b[i * n + j] = b_value(opt.seed, i, j);
+      c[i * n + j] = 0.0;
     }
   bar.arrive_and_wait();
 

@@ -5,10 +5,11 @@
 // on N participants costs 2(N-1) messages. Two participants have no manager: each sends the
 // other its arrival as a RELEASE and leaves once it has accepted the other's (exchange_arrivals).
 //
-// Garbage collection: each arrival reports the sender's consistency-metadata bytes; when the
-// largest exceeds mdsm::gc_threshold() (MDSM_GC_THRESHOLD; by default at least 64 MiB, growing
-// with collective allocations; 0 disables) and the barrier spans every rank, the departures say
-// so and every rank runs mdsm::gc() (itself collective) before leaving.
+// Garbage collection: each arrival says whether the sender asks for a collection (its
+// consistency metadata passed its own mdsm::gc_threshold(): MDSM_GC_THRESHOLD, by default at
+// least 64 MiB, growing with collective allocations; 0 never asks); when one member asks and the
+// barrier spans every rank, the departures say so and every rank runs mdsm::gc() (itself
+// collective) before leaving.
 //
 // A handle's barrier (mdsm::barrier_handle) counts arrivals instead of knowing its participants:
 // its manager (the creating rank) groups them into episodes of `count` in the order they arrive
@@ -27,6 +28,7 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 #include <string>
 
 namespace mdsm::sync {
@@ -49,7 +51,7 @@ struct barrier_state final : object {
   struct arrival {
     int rank;
     stored_message msg;
-    std::uint64_t metadata;
+    bool collect;  // it asks for a collection
   };
   std::vector<arrival> episode;
   // A handle's collector (guarded by mu): the arrivals to accept and whom to send departures,
@@ -57,10 +59,10 @@ struct barrier_state final : object {
   std::vector<stored_message> to_collect;
   std::vector<int> depart_to;
   long expect = -1;
-  // Manager, or either member of a pair (guarded by mu): arrivals per epoch, and the largest
-  // metadata size reported.
+  // Manager, or either member of a pair (guarded by mu): arrivals per epoch, and the epochs in
+  // which an arrival asked for a collection.
   std::map<std::uint64_t, std::vector<stored_message>> arrived;
-  std::map<std::uint64_t, std::uint64_t> metadata_max;
+  std::set<std::uint64_t> collect_asked;
   bool mismatch = false;
   // Participant (guarded by mu).
   std::uint64_t epoch = 0;  // barriers this rank completed
@@ -78,6 +80,7 @@ struct barrier_state final : object {
     for (auto& [e, v] : arrived)
       for (auto& m : v) out.push_back(std::move(m));
     arrived.clear();
+    collect_asked.clear();
   }
 };
 
@@ -89,7 +92,13 @@ std::uint64_t list_hash(const std::vector<int>& v) {
   return h;
 }
 
-std::uint64_t my_metadata() { return statistic("metadata_bytes"); }
+// Whether this rank asks the next global barrier for a collection: its metadata passed its own
+// threshold (mdsm.hpp: a rank's threshold is its own, so a rank that sets a low one starts
+// collections for all).
+bool asks_collect() {
+  const std::uint64_t threshold = gc_threshold();
+  return threshold != 0 && statistic("metadata_bytes") > threshold;
+}
 
 // The manager's wait, for the failure detector's report: who has not arrived.
 struct manager_wait {
@@ -109,27 +118,21 @@ struct manager_wait {
   }
 };
 
-// Whether the barrier's departures tell every rank to collect garbage: the barrier spans every
-// rank and the largest metadata size an arrival reported passes the threshold.
-bool collect_due(bool global, std::uint64_t meta) {
-  const std::uint64_t threshold = gc_threshold();
-  return global && threshold != 0 && meta > threshold;
-}
-
 // A barrier of two members: each sends the other its arrival as a RELEASE (its own records and
 // whatever it has acquired from third ranks) and leaves once it has accepted the other's. One
 // message each way, as with a manager, but the last to arrive no longer waits for an arrival to
 // reach the manager, the manager to close its interval and encode its pushed diffs, and the
 // departure to come back: the first to arrive did all that before it waited (apsp 1536 at 2
-// ranks: 36 -> ~15 us from the last arrival to the last departure when the member is last).
-// Both decide on a collection from the same two numbers: the metadata size each sent.
-// Returns whether to collect.
+// ranks: a median 36 -> 22 us from the last arrival to the last departure when the member was
+// the last).
+// Both decide on a collection from the same two answers: whether each asked for one (each by
+// its own threshold, so they agree even if the thresholds differ). Returns whether to collect.
 bool exchange_arrivals(barrier_state& s, operation& op, std::uint64_t epoch, int me, bool global) {
   services& sv = current();
   const int other = s.members[0] == me ? s.members[1] : s.members[0];
   op.about("barrier", s.id, other, "the other participant, which sends its arrival when it arrives");
-  const std::uint64_t mine = my_metadata();
-  const barrier_arrival a{epoch, 2, 0, mine};
+  const bool mine = asks_collect();
+  const barrier_arrival a{epoch, 2, mine ? 1u : 0u};
   {  // Quiet: the other member takes it in when it arrives itself.
     net::doorbells::quiet_scope quiet;
     send(other, sv.h_barrier_arrive, payload_builder(s.id, op_arrive).put(a).bytes(), annotation::release);
@@ -143,22 +146,20 @@ bool exchange_arrivals(barrier_state& s, operation& op, std::uint64_t epoch, int
   });
   if (!here) s.fail_destroyed("barrier::arrive_and_wait");
   std::vector<stored_message> arrivals;
-  std::uint64_t meta = mine;
-  bool mismatch;
+  bool asked, mismatch;
   {
     std::lock_guard lk(s.mu);
     auto it = s.arrived.find(epoch);
     arrivals = std::move(it->second);
     s.arrived.erase(it);
-    meta = std::max(meta, s.metadata_max[epoch]);
-    s.metadata_max.erase(epoch);
+    asked = s.collect_asked.erase(epoch) != 0;
     mismatch = s.mismatch;
   }
   accept_all(arrivals);
   if (mismatch)
     detail::fail(MDSM_ERR_MISMATCH, "barrier ", id_text(s.id), ": an arrival came from a rank that is not a participant "
                  "or that counts a different number of participants");
-  return collect_due(global, meta);
+  return global && (mine || asked);
 }
 
 // A handle's manager, mu held: the episode is complete; hand it to its collector.
@@ -166,10 +167,8 @@ void complete_episode_locked(barrier_state& s) {
   services& sv = current();
   std::vector<barrier_state::arrival> ep = std::move(s.episode);
   s.episode.clear();
-  std::uint64_t meta = 0;
-  for (const auto& a : ep) meta = std::max(meta, a.metadata);
-  const std::uint64_t threshold = gc_threshold();
-  const bool collect = static_cast<int>(s.count) == sv.size() && threshold != 0 && meta > threshold;
+  const bool collect = static_cast<int>(s.count) == sv.size() &&
+                       std::any_of(ep.begin(), ep.end(), [](const auto& a) { return a.collect; });
   const bool here = std::any_of(ep.begin(), ep.end(), [&](const auto& a) { return a.rank == sv.rank(); });
   if (here) {  // the manager's own thread collects (arrive_and_wait, below)
     for (auto& a : ep) {
@@ -198,7 +197,7 @@ void on_barrier_arrive(message& m) {
   std::lock_guard lk(s->mu);
   if (is_handle_id(h.id)) {
     if (is_manager_role(*s, m, sv.rank())) {
-      s->episode.push_back({m.origin(), m.store(), a.metadata});
+      s->episode.push_back({m.origin(), m.store(), a.collect != 0});
       if (s->episode.size() >= s->count) complete_episode_locked(*s);
     } else {  // forwarded by the manager to this episode's collector
       s->to_collect.push_back(m.store());
@@ -208,8 +207,7 @@ void on_barrier_arrive(message& m) {
   }
   if (a.participants != s->members.size() || !s->is_member(m.origin())) s->mismatch = true;
   s->arrived[a.epoch].push_back(m.store());
-  auto& mx = s->metadata_max[a.epoch];
-  mx = std::max(mx, a.metadata);
+  if (a.collect != 0) s->collect_asked.insert(a.epoch);
 }
 
 void on_barrier_depart(message& m) {
@@ -302,16 +300,14 @@ void barrier::arrive_and_wait() {
       });
       if (!all_here) s->fail_destroyed("barrier::arrive_and_wait");
       std::vector<stored_message> arrivals;
-      std::uint64_t meta = my_metadata();
-      bool mismatch;
+      bool asked, mismatch;
       {
         std::lock_guard lk(s->mu);
         if (auto it = s->arrived.find(epoch); it != s->arrived.end()) {
           arrivals = std::move(it->second);
           s->arrived.erase(it);
         }
-        meta = std::max(meta, s->metadata_max[epoch]);
-        s->metadata_max.erase(epoch);
+        asked = s->collect_asked.erase(epoch) != 0;
         mismatch = s->mismatch;
       }
       if (mismatch) {
@@ -322,7 +318,7 @@ void barrier::arrive_and_wait() {
       // A departure must carry the records of every arrival but its receiver's own, so the
       // arrivals are taken in first.
       accept_all(arrivals);
-      collect = collect_due(global, meta);
+      collect = global && (asked || asks_collect());
       const barrier_departure d{epoch, collect ? 1u : 0u, 0};
       {  // Quiet: every member waits in the barrier, polling for its departure.
         net::doorbells::quiet_scope quiet;
@@ -331,7 +327,7 @@ void barrier::arrive_and_wait() {
       }
     } else {
       op.about("barrier", id_, s->manager, "its manager, which answers once every participant arrived");
-      const barrier_arrival a{epoch, static_cast<std::uint32_t>(n), 0, my_metadata()};
+      const barrier_arrival a{epoch, static_cast<std::uint32_t>(n), asks_collect() ? 1u : 0u};
       {  // Quiet: the manager is a member; it takes the arrival in when it arrives itself.
         net::doorbells::quiet_scope quiet;
         send(s->manager, sv.h_barrier_arrive, payload_builder(id_, op_arrive).put(a).bytes(), annotation::release_nt);
@@ -399,10 +395,10 @@ void barrier_handle::arrive_and_wait() const {
     op.about("barrier", id, s->manager, "its manager, which hands each episode to a collector");
     if (s->manager == me) {
       std::lock_guard lk(s->mu);
-      s->episode.push_back({me, stored_message(), my_metadata()});
+      s->episode.push_back({me, stored_message(), asks_collect()});
       if (s->episode.size() >= s->count) complete_episode_locked(*s);
     } else {
-      const barrier_arrival a{0, 0, 0, my_metadata()};
+      const barrier_arrival a{0, 0, asks_collect() ? 1u : 0u};
       send(s->manager, sv.h_barrier_arrive, payload_builder(id, op_arrive).put(a).bytes(), annotation::release_nt);
     }
     bool answered = false;

@@ -152,8 +152,7 @@ struct header {
 struct barrier_arrival {
   std::uint64_t epoch;
   std::uint32_t participants;
-  std::uint32_t pad;
-  std::uint64_t metadata;
+  std::uint32_t collect;  // 1: the sender's metadata passed its own threshold: it asks for a collection
 };
 struct barrier_departure {
   std::uint64_t epoch;

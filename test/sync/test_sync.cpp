@@ -420,6 +420,38 @@ TEST_CASE("barrier: collects garbage once metadata passes MDSM_GC_THRESHOLD, val
   CHECK(stat("gc_runs") == 5u);  // 0: never
 }
 
+TEST_CASE("barrier: a rank whose metadata passes its own threshold makes every rank collect", "[sync][gc][np2+]") {
+  // A rank's threshold is its own (mdsm.hpp): here only rank 1 would ever ask, and rank 0 -- the
+  // manager at 3-4 ranks, the other member of the pair at 2 -- never would. Before, the manager
+  // compared every arrival's metadata with its own threshold (no collection here at 3-4 ranks),
+  // and the two members of a pair, deciding each by its own, would have disagreed: one in gc(),
+  // the other gone on.
+  setenv("MDSM_BACKGROUND_GC", "0", 1);
+  session s;
+  unsetenv("MDSM_BACKGROUND_GC");
+  const int me = mdsm::rank(), n = mdsm::size();
+  mdsm::barrier b;
+  constexpr std::size_t words = 4 * 1024;
+  auto* a = mdsm::alloc_collective_array<int>(words);
+  mdsm::set_gc_threshold(me == 1 ? 1 : 0);
+  b.arrive_and_wait();
+  const std::uint64_t before = stat("gc_runs");
+  for (int round = 1; round <= 3; ++round) {
+    for (std::size_t i = static_cast<std::size_t>(me); i < words; i += static_cast<std::size_t>(n))
+      a[i] = round * 5 + static_cast<int>(i);
+    b.arrive_and_wait();
+    CHECK(stat("gc_runs") == before + static_cast<std::uint64_t>(round));
+    int bad = 0;
+    for (std::size_t i = 0; i < words; ++i) bad += a[i] != round * 5 + static_cast<int>(i);
+    CHECK(bad == 0);
+    b.arrive_and_wait();
+  }
+  mdsm::set_gc_threshold(0);
+  a[me] = -1;
+  b.arrive_and_wait();
+  CHECK(stat("gc_runs") == before + 3);  // nobody asks
+}
+
 TEST_CASE("gc threshold: the default grows with collective allocations; a set one stays", "[sync][gc][np2+]") {
   unsetenv("MDSM_GC_THRESHOLD");
   {

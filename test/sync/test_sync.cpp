@@ -393,27 +393,36 @@ TEST_CASE("barrier: every rank's writes are visible to all, and it costs 2(N-1) 
   CHECK(after.at("msgs_sent_release") - before.at("msgs_sent_release") == static_cast<std::uint64_t>(2 * (n - 1)) - arrivals);
 }
 
+namespace {
+// `rounds` rounds in which every rank writes its share of words (a[i] for i = rank mod ranks) and
+// meets the others at `b`, which must collect garbage each time (gc_runs counts up from
+// `gc_runs_before`); then every rank reads every word back, and a second barrier keeps the next
+// round's writes after the reads.
+void collecting_rounds(mdsm::barrier& b, int* a, std::size_t words, int rounds, std::uint64_t gc_runs_before) {
+  const auto me = static_cast<std::size_t>(mdsm::rank()), n = static_cast<std::size_t>(mdsm::size());
+  for (int round = 1; round <= rounds; ++round) {
+    for (std::size_t i = me; i < words; i += n) a[i] = round * 7 + static_cast<int>(i);
+    b.arrive_and_wait();
+    CHECK(stat("gc_runs") == gc_runs_before + static_cast<std::uint64_t>(round));
+    int bad = 0;
+    for (std::size_t i = 0; i < words; ++i) bad += a[i] != round * 7 + static_cast<int>(i);
+    CHECK(bad == 0);
+    b.arrive_and_wait();
+  }
+}
+}  // namespace
+
 TEST_CASE("barrier: collects garbage once metadata passes MDSM_GC_THRESHOLD, values intact", "[sync][gc][np2+]") {
   // Only the barrier collects here (at this threshold the background collection would run between
   // the barriers and leave some of them nothing to collect); region tests cover that one.
   setenv("MDSM_BACKGROUND_GC", "0", 1);
   session s;
   unsetenv("MDSM_BACKGROUND_GC");
-  const int me = mdsm::rank(), n = mdsm::size();
   mdsm::barrier b;
   constexpr std::size_t pages = 16, words = pages * 1024;
   auto* a = mdsm::alloc_collective_array<int>(words);
   mdsm::set_gc_threshold(1);  // any metadata at all
-  for (int round = 1; round <= 5; ++round) {
-    for (std::size_t i = static_cast<std::size_t>(me); i < words; i += static_cast<std::size_t>(n))
-      a[i] = round * 7 + static_cast<int>(i);
-    b.arrive_and_wait();
-    CHECK(stat("gc_runs") == static_cast<std::uint64_t>(round));
-    int bad = 0;
-    for (std::size_t i = 0; i < words; ++i) bad += a[i] != round * 7 + static_cast<int>(i);
-    CHECK(bad == 0);
-    b.arrive_and_wait();
-  }
+  collecting_rounds(b, a, words, 5, 0);
   mdsm::set_gc_threshold(0);
   CHECK(mdsm::gc_threshold() == 0);
   b.arrive_and_wait();
@@ -429,23 +438,14 @@ TEST_CASE("barrier: a rank whose metadata passes its own threshold makes every r
   setenv("MDSM_BACKGROUND_GC", "0", 1);
   session s;
   unsetenv("MDSM_BACKGROUND_GC");
-  const int me = mdsm::rank(), n = mdsm::size();
+  const int me = mdsm::rank();
   mdsm::barrier b;
   constexpr std::size_t words = 4 * 1024;
   auto* a = mdsm::alloc_collective_array<int>(words);
   mdsm::set_gc_threshold(me == 1 ? 1 : 0);
   b.arrive_and_wait();
   const std::uint64_t before = stat("gc_runs");
-  for (int round = 1; round <= 3; ++round) {
-    for (std::size_t i = static_cast<std::size_t>(me); i < words; i += static_cast<std::size_t>(n))
-      a[i] = round * 5 + static_cast<int>(i);
-    b.arrive_and_wait();
-    CHECK(stat("gc_runs") == before + static_cast<std::uint64_t>(round));
-    int bad = 0;
-    for (std::size_t i = 0; i < words; ++i) bad += a[i] != round * 5 + static_cast<int>(i);
-    CHECK(bad == 0);
-    b.arrive_and_wait();
-  }
+  collecting_rounds(b, a, words, 3, before);
   mdsm::set_gc_threshold(0);
   a[me] = -1;
   b.arrive_and_wait();

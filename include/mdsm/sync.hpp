@@ -100,9 +100,10 @@ class condition_variable {
 };
 
 // A barrier: arrivals are RELEASE_NT messages to the manager, which accepts them together;
-// departures are RELEASE messages tailored to each participant. After it, every participant
+// departures are RELEASE messages tailored to each participant. Two participants send each
+// other their arrivals as RELEASE messages instead (no manager). After it, every participant
 // sees every participant's writes made before arriving. A global barrier is also where
-// garbage collection runs when consistency metadata exceeds MDSM_GC_THRESHOLD.
+// garbage collection runs when some rank's consistency metadata exceeds its gc_threshold().
 class barrier {
  public:
   barrier();  // collective; all ranks participate

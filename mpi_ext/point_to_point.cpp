@@ -61,6 +61,13 @@ thread_local scratch_buffer t_send_buf, t_recv_buf;
   mdsm::stats::mpi_wait_scope waiting;
   return sync ? PMPI_Ssend(buf, count, type, dest, tag, comm) : PMPI_Send(buf, count, type, dest, tag, comm);
 }
+// The short paths' blocking send: timed only when statistics timing is on.
+[[gnu::always_inline]] inline int mpi_send(const void* buf, int count, MPI_Datatype type, int dest, int tag,
+                                           MPI_Comm comm, bool sync) {
+  if (mdsm::stats::timing()) [[unlikely]]
+    return timed_send(buf, count, type, dest, tag, comm, sync);
+  return sync ? PMPI_Ssend(buf, count, type, dest, tag, comm) : PMPI_Send(buf, count, type, dest, tag, comm);
+}
 [[gnu::noinline]] int timed_recv(void* buf, int count, MPI_Datatype type, int source, int tag, MPI_Comm comm,
                                  MPI_Status* st) {
   mdsm::stats::mpi_wait_scope waiting;
@@ -109,19 +116,13 @@ inline void copy_small(std::byte* d, const std::byte* s, std::size_t n) noexcept
   if (raw != MDSM_NONE || fast_eligible(buf, count, type, bytes) == nullptr) return -1;
   mdsm::stats::add(mdsm::stats::counter::mpi_sends_none);
   // (MPI_PROC_NULL as dest: MPI's no-op, as for the user's own buffer.)
-  if (is_headerless(bytes)) [[likely]] {
-    if (mdsm::stats::timing()) [[unlikely]]
-      return timed_send(buf, count, type, dest, tag, comm, sync);
-    return sync ? PMPI_Ssend(buf, count, type, dest, tag, comm) : PMPI_Send(buf, count, type, dest, tag, comm);
-  }
+  if (is_headerless(bytes)) [[likely]]
+    return mpi_send(buf, count, type, dest, tag, comm, sync);
   std::byte* out = t_send_buf.get(sizeof(header) + bytes);
   static constexpr header k_none{};  // the magic, annotation NONE, zeros
   std::memcpy(out, &k_none, sizeof k_none);
   std::memcpy(out + sizeof(header), buf, bytes);
-  const int n = static_cast<int>(sizeof(header) + bytes);
-  if (mdsm::stats::timing()) [[unlikely]]
-    return timed_send(out, n, MPI_BYTE, dest, tag, comm, sync);
-  return sync ? PMPI_Ssend(out, n, MPI_BYTE, dest, tag, comm) : PMPI_Send(out, n, MPI_BYTE, dest, tag, comm);
+  return mpi_send(out, static_cast<int>(sizeof(header) + bytes), MPI_BYTE, dest, tag, comm, sync);
 }
 
 // REQUEST, RELEASE, RELEASE_NT: the information encoded straight for the header, which takes it
@@ -154,10 +155,7 @@ int fast_send_annotated(const void* buf, int count, MPI_Datatype type, int dest,
   h->cinfo_len = static_cast<std::uint32_t>(w.size());
   std::memcpy(h->cinfo, w.bytes().data(), w.size());
   if (bytes != 0) std::memcpy(out + sizeof(header), buf, bytes);
-  const int n = static_cast<int>(sizeof(header) + bytes);
-  if (mdsm::stats::timing()) [[unlikely]]
-    return timed_send(out, n, MPI_BYTE, dest, tag, comm, sync);
-  return sync ? PMPI_Ssend(out, n, MPI_BYTE, dest, tag, comm) : PMPI_Send(out, n, MPI_BYTE, dest, tag, comm);
+  return mpi_send(out, static_cast<int>(sizeof(header) + bytes), MPI_BYTE, dest, tag, comm, sync);
 }
 
 // What follows a received full-header message whose header carries consistency information or

@@ -118,6 +118,37 @@ struct manager_wait {
   }
 };
 
+// Waits until the arrival of every other member at `epoch` is here, then accepts them together
+// (one acquire) and reports an arrival that did not match; returns whether one asked for a
+// collection. The manager's step, and each member's of a pair.
+bool take_arrivals(barrier_state& s, std::uint64_t epoch) {
+  const std::size_t others = s.members.size() - 1;
+  bool all_here = false;
+  wait_until([&] {
+    std::lock_guard lk(s.mu);
+    auto it = s.arrived.find(epoch);
+    all_here = (it == s.arrived.end() ? 0 : it->second.size()) == others;
+    return all_here || s.abandoned();
+  });
+  if (!all_here) s.fail_destroyed("barrier::arrive_and_wait");
+  std::vector<stored_message> arrivals;
+  bool asked, mismatch;
+  {
+    std::lock_guard lk(s.mu);
+    if (auto it = s.arrived.find(epoch); it != s.arrived.end()) {
+      arrivals = std::move(it->second);
+      s.arrived.erase(it);
+    }
+    asked = s.collect_asked.erase(epoch) != 0;
+    mismatch = s.mismatch;
+  }
+  accept_all(arrivals);
+  if (mismatch)
+    detail::fail(MDSM_ERR_MISMATCH, "barrier ", id_text(s.id), ": an arrival came from a rank that is not a participant "
+                 "or that counts a different number of participants");
+  return asked;
+}
+
 // A barrier of two members: each sends the other its arrival as a RELEASE (its own records and
 // whatever it has acquired from third ranks) and leaves once it has accepted the other's. One
 // message each way, as with a manager, but the last to arrive no longer waits for an arrival to
@@ -137,28 +168,7 @@ bool exchange_arrivals(barrier_state& s, operation& op, std::uint64_t epoch, int
     net::doorbells::quiet_scope quiet;
     send(other, sv.h_barrier_arrive, payload_builder(s.id, op_arrive).put(a).bytes(), annotation::release);
   }
-  bool here = false;
-  wait_until([&] {
-    std::lock_guard lk(s.mu);
-    auto it = s.arrived.find(epoch);
-    here = it != s.arrived.end() && !it->second.empty();
-    return here || s.abandoned();
-  });
-  if (!here) s.fail_destroyed("barrier::arrive_and_wait");
-  std::vector<stored_message> arrivals;
-  bool asked, mismatch;
-  {
-    std::lock_guard lk(s.mu);
-    auto it = s.arrived.find(epoch);
-    arrivals = std::move(it->second);
-    s.arrived.erase(it);
-    asked = s.collect_asked.erase(epoch) != 0;
-    mismatch = s.mismatch;
-  }
-  accept_all(arrivals);
-  if (mismatch)
-    detail::fail(MDSM_ERR_MISMATCH, "barrier ", id_text(s.id), ": an arrival came from a rank that is not a participant "
-                 "or that counts a different number of participants");
+  const bool asked = take_arrivals(s, epoch);
   return global && (mine || asked);
 }
 
@@ -291,33 +301,9 @@ void barrier::arrive_and_wait() {
       collect = exchange_arrivals(*s, op, epoch, me, global);
     } else if (s->manager == me) {
       op.about("barrier", id_, -1, nullptr, manager_wait::missing, &mw);
-      bool all_here = false;
-      wait_until([&] {
-        std::lock_guard lk(s->mu);
-        auto it = s->arrived.find(epoch);
-        all_here = (it == s->arrived.end() ? 0 : it->second.size()) + 1 == n;
-        return all_here || s->abandoned();
-      });
-      if (!all_here) s->fail_destroyed("barrier::arrive_and_wait");
-      std::vector<stored_message> arrivals;
-      bool asked, mismatch;
-      {
-        std::lock_guard lk(s->mu);
-        if (auto it = s->arrived.find(epoch); it != s->arrived.end()) {
-          arrivals = std::move(it->second);
-          s->arrived.erase(it);
-        }
-        asked = s->collect_asked.erase(epoch) != 0;
-        mismatch = s->mismatch;
-      }
-      if (mismatch) {
-        accept_all(arrivals);
-        detail::fail(MDSM_ERR_MISMATCH, "barrier ", id_text(id_), ": an arrival came from a rank that is not a participant "
-                     "or that counts a different number of participants");
-      }
       // A departure must carry the records of every arrival but its receiver's own, so the
       // arrivals are taken in first.
-      accept_all(arrivals);
+      const bool asked = take_arrivals(*s, epoch);
       collect = global && (asked || asks_collect());
       const barrier_departure d{epoch, collect ? 1u : 0u, 0};
       {  // Quiet: every member waits in the barrier, polling for its departure.

@@ -254,7 +254,7 @@ void engine::start_home_validation(std::uint32_t u, std::vector<wanted> wants, c
     out.put(w.after);
     out.put(w.through);
     stats::add(stats::counter::diff_requests);
-    send_protocol(static_cast<int>(w.creator), op_diff_request, token, out.bytes());
+    send_protocol(static_cast<int>(w.creator), op_diff_ahead, token, out.bytes());  // no fault: a validation
   }
 }
 

@@ -261,7 +261,10 @@ class engine {
   // A batch's requests: creator -> its (unit, after, through) triples.
   using request_map = std::map<std::uint32_t, std::vector<std::uint32_t>>;
   request_map plan_requests(const std::vector<fetch_unit>& batch, bool need_copy);
-  void send_fetch_request(std::uint32_t creator, bool copy, const std::vector<std::uint32_t>& req, box_ptr box);
+  // demand: req's first unit is the one faulted on (the server counts it as read: push.cpp); a
+  // request for units ahead of any fault goes as op_diff_ahead / op_copy_ahead.
+  void send_fetch_request(std::uint32_t creator, bool copy, bool demand, const std::vector<std::uint32_t>& req,
+                          box_ptr box);
   // Puts creator's reply to `req` into the batch (pieces, and copies from the home). False if the
   // home sent no copy of batch.front() (copy_busy: it was busy, rather than not allocated).
   bool take_fetch_reply(std::vector<fetch_unit>& batch, bool need_copy, std::uint32_t creator,
@@ -299,7 +302,8 @@ class engine {
   std::uint32_t register_box(box_ptr box);
   void send_protocol(int dest, std::uint32_t op, std::uint32_t token, std::span<const std::byte> payload);
   static void on_frame(void* ctx, const net::inbound_frame& f);
-  void serve_diff_request(const net::inbound_frame& f, bool with_copy);
+  // demand: the request's first unit is one the requester faulted on (not a prefetch window).
+  void serve_diff_request(const net::inbound_frame& f, bool with_copy, bool demand);
   void serve_interval_request(const net::inbound_frame& f);
   void take_reply(const net::inbound_frame& f);
   // Appends the pieces of this rank's notices of unit u in intervals (after, through] (page

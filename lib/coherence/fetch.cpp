@@ -98,14 +98,17 @@ auto engine::plan_requests(const std::vector<fetch_unit>& batch, bool need_copy)
   return by_creator;
 }
 
-void engine::send_fetch_request(std::uint32_t creator, bool copy, const std::vector<std::uint32_t>& req, box_ptr box) {
+void engine::send_fetch_request(std::uint32_t creator, bool copy, bool demand, const std::vector<std::uint32_t>& req,
+                                box_ptr box) {
   MDSM_ASSERT(static_cast<int>(creator) != rank_, "fetching from oneself");
   const std::uint32_t token = register_box(std::move(box));
   stats::add(copy ? stats::counter::page_requests : stats::counter::diff_requests);
   net::byte_writer out;
   out.put(static_cast<std::uint32_t>(req.size() / 3));
   out.put_array<std::uint32_t>(req);
-  send_protocol(static_cast<int>(creator), copy ? op_copy_request : op_diff_request, token, out.bytes());
+  const std::uint32_t op =
+      copy ? (demand ? op_copy_request : op_copy_ahead) : (demand ? op_diff_request : op_diff_ahead);
+  send_protocol(static_cast<int>(creator), op, token, out.bytes());
 }
 
 bool engine::take_fetch_reply(std::vector<fetch_unit>& batch, bool need_copy, std::uint32_t creator,
@@ -154,7 +157,8 @@ auto engine::fetch(std::vector<fetch_unit>& batch, bool need_copy, bool& copy_bu
   std::vector<std::pair<std::uint32_t, box_ptr>> boxes;
   for (const auto& [creator, req] : by_creator) {
     auto box = std::make_shared<reply_box>();
-    send_fetch_request(creator, need_copy && creator == home, req, box);
+    // The request to a writer of neighbours only (not of the faulting unit) asks ahead.
+    send_fetch_request(creator, need_copy && creator == home, req.front() == batch.front().unit, req, box);
     boxes.emplace_back(creator, std::move(box));
   }
   // The walk's next window is asked for right behind this batch: its writers make its diffs
@@ -266,7 +270,7 @@ void engine::start_prefetch(std::uint32_t from, std::uint32_t count, bool need_c
       job->replies.emplace_back(c, std::vector<std::byte>(payload.begin(), payload.end()));
       if (--job->outstanding == 0) finish_prefetch(*job);
     };
-    send_fetch_request(creator, need_copy && creator == static_cast<std::uint32_t>(home), req, std::move(box));
+    send_fetch_request(creator, need_copy && creator == static_cast<std::uint32_t>(home), false, req, std::move(box));
   }
 }
 

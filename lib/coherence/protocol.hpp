@@ -14,6 +14,10 @@
 //                                   status is not 1. Status: 0 not allocated at the home, 1 the
 //                                   copy follows, 2 busy: the home is bringing its copy up to
 //                                   date, ask again)
+//   op_diff_ahead, op_copy_ahead   as op_diff_request / op_copy_request, for units asked for
+//                                   ahead of any fault (a prefetch window; a home's validation in
+//                                   a background collection): none of them was read, so none
+//                                   counts as read where the server learns what to push
 //   op_interval_request   u32 n, (u32 creator, u32 after, u32 through)[n]
 //   op_interval_reply     u32 n, interval_record[n]
 //   op_gc_*               u32 epoch [, vector time]: see below and background_gc.cpp
@@ -53,6 +57,8 @@ enum : std::uint32_t {
   op_gc_cut = 10,   // coordinator -> every rank: u32 epoch, vt G (the minimum of all)
   op_gc_ready = 11, // -> coordinator: every copy here holds every write up to G, or is gone
   op_gc_free = 12,  // coordinator -> every rank: u32 epoch, vt G: free everything up to G
+  op_diff_ahead = 13,  // op_diff_request's payload and reply, no unit read yet
+  op_copy_ahead = 14,  // op_copy_request's payload and reply, no unit read yet
 };
 
 // One piece of a diff or copy reply (`pieces` above); `bytes` points into the reply and is
@@ -64,9 +70,9 @@ struct piece_view {
 // Reads one piece: first >= 1, last >= first, the length inside the reply.
 piece_view read_piece(net::byte_reader& in);
 
-// op_diff_request / op_copy_request: n >= 1 triples (unit, after, through), every unit inside the
-// region (< units) and no range reaching past `closed` (the serving rank's newest closed
-// interval). Returns the 3n values.
+// op_diff_request / op_copy_request and their _ahead forms: n >= 1 triples (unit, after,
+// through), every unit inside the region (< units) and no range reaching past `closed` (the
+// serving rank's newest closed interval). Returns the 3n values.
 std::vector<std::uint32_t> decode_unit_request(std::span<const std::byte> payload, std::uint32_t units,
                                                std::uint32_t closed);
 

@@ -26,7 +26,8 @@ void engine::send_protocol(int dest, std::uint32_t op, std::uint32_t token, std:
   stats::add(stats::counter::protocol_msgs_sent);
   stats::add(stats::counter::protocol_bytes_sent, sizeof(net::frame_header) + payload.size());
   const net::frame_header h = net::make_header(net::channel::coherence, op, rank_, 0, token);
-  if (op != op_diff_request && op != op_copy_request && op != op_interval_request) {
+  if (op != op_diff_request && op != op_copy_request && op != op_diff_ahead && op != op_copy_ahead &&
+      op != op_interval_request) {
     transport_.send(dest, h, payload);
     return;
   }
@@ -40,8 +41,10 @@ void engine::on_frame(void* ctx, const net::inbound_frame& f) {
   auto* self = static_cast<engine*>(ctx);
   net::handler_scope scope("mdsm coherence protocol");
   switch (f.header.handler) {
-    case op_diff_request: self->serve_diff_request(f, false); break;
-    case op_copy_request: self->serve_diff_request(f, true); break;
+    case op_diff_request: self->serve_diff_request(f, false, true); break;
+    case op_copy_request: self->serve_diff_request(f, true, true); break;
+    case op_diff_ahead: self->serve_diff_request(f, false, false); break;
+    case op_copy_ahead: self->serve_diff_request(f, true, false); break;
     case op_interval_request: self->serve_interval_request(f); break;
     case op_diff_reply:
     case op_copy_reply:
@@ -118,7 +121,7 @@ std::uint32_t engine::encode_pieces_locked(std::uint32_t u, page_entry& pe, std:
   return held;
 }
 
-void engine::serve_diff_request(const net::inbound_frame& f, bool with_copy) {
+void engine::serve_diff_request(const net::inbound_frame& f, bool with_copy, bool demand) {
   const std::uint32_t closed = last_closed_.load(std::memory_order_relaxed);
   const std::vector<std::uint32_t> req = decode_unit_request(f.payload(), region_.units(), closed);
   const auto n = static_cast<std::uint32_t>(req.size() / 3);
@@ -160,7 +163,7 @@ void engine::serve_diff_request(const net::inbound_frame& f, bool with_copy) {
     }
     const std::uint32_t held = through > after ? encode_pieces_locked(u, pe, after, through, out) : 0;
     if (through <= after) out.put(std::uint32_t{0});
-    note_served_locked(u, pe, f.source, through, std::max(through, held), k == 0, with_copy);
+    note_served_locked(u, pe, f.source, through, std::max(through, held), demand && k == 0, with_copy);
   }
   out.fill_slot(count_at, answered);
   send_protocol(f.source, with_copy ? op_copy_reply : op_diff_reply, f.header.token, out.bytes());

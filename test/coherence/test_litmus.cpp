@@ -1435,6 +1435,44 @@ TEST_CASE("litmus 44: a pushed walk across stored RELEASEs and a garbage collect
   world_barrier();
 }
 
+TEST_CASE("litmus 56: a walk whose reader prefetches ahead keeps its pushes (a window asked for ahead is no read)",
+          "[mpi][litmus][np2+]") {
+  // Rank 0 rewrites every row of a matrix and releases to rank 1 in each round; rank 1 reads
+  // row r - 1 in round r. Rows are 16 units long, so each of rank 1's faults fetches a whole row
+  // in one batch and the next one comes right after it: its readahead sees a walk and asks for
+  // the window after each batch ahead of any fault (a prefetch). Only faults are reads: before
+  // the prefetch had a request of its own, rank 0 took each window's first unit for one, far off
+  // the stride, and started the walk over, so its RELEASEs pushed no row and rank 1 faulted in
+  // every round. Now the walk holds: rank 1 faults in a few rounds, and every value is the round's.
+  session s;
+  mailbox box("litmus.ahead");
+  constexpr int unit_ints = 4096 / static_cast<int>(sizeof(int)), row = 16 * unit_ints, rows = 24;
+  int* m = mdsm::alloc_collective_array<int>(static_cast<std::size_t>(row) * rows);
+  auto value = [](int round, int i, int j) { return round * 1000000 + i * 10000 + j % 10000; };
+  const int me = mdsm::rank();
+  world_barrier();
+  if (me == 0) {
+    for (int r = 1; r <= rows; ++r) {
+      for (int i = 0; i < rows; ++i)
+        for (int j = 0; j < row; j += 64) m[i * row + j] = value(r, i, j);
+      box.send(1, annotation::release, r);
+      box.wait(r, 1);  // rank 1 has read round r
+    }
+  } else if (me == 1) {
+    const auto faults = stat("read_faults"), applied = stat("pushed_units_applied"), ahead = stat("prefetches");
+    for (int r = 1; r <= rows; ++r) {
+      box.wait(r, 0);
+      for (int j = 0; j < row; j += 64) REQUIRE(m[(r - 1) * row + j] == value(r, r - 1, j));
+      box.send(0, annotation::none);
+    }
+    const auto faulted = stat("read_faults") - faults, pushed = stat("pushed_units_applied") - applied;
+    CHECK(stat("prefetches") > ahead);  // the case this pins
+    CHECK(faulted <= rows / 3);  // 4 as measured; 24 (every round) before
+    CHECK(pushed >= static_cast<std::uint64_t>(rows) * 16 / 2);  // 320 as measured; 38 before
+  }
+  world_barrier();
+}
+
 TEST_CASE("litmus 45: a run of write faults makes the next units writable ahead; unwritten ones announce nothing",
           "[mpi][litmus][np2+]") {
   // Rank 0 writes the first 40 of 100 pages front to back (a block it owns) and releases to rank 1.

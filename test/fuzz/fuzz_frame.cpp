@@ -40,7 +40,9 @@ void deliver(std::span<const std::byte> bytes) {
     case net::channel::coherence:
       switch (h.handler) {
         case op_diff_request:
-        case op_copy_request: decode_unit_request(payload, lim.units, 1000); break;
+        case op_copy_request:
+        case op_diff_ahead:
+        case op_copy_ahead: decode_unit_request(payload, lim.units, 1000); break;
         case op_diff_reply: decode_diff_reply(payload, k_request, [](std::size_t, const piece_view&) {}); break;
         case op_copy_reply:
           decode_copy_reply(payload, k_request, lim.unit_bytes, [](std::size_t, std::span<const std::byte>) {},

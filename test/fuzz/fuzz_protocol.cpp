@@ -32,7 +32,7 @@ void check_piece(const piece_view& p) {
 void decode(std::uint8_t op, std::span<const std::byte> payload) {
   const auto& lim = fuzz::k_limits;
   switch (op % 16) {
-    case op_diff_request:
+    case op_diff_request:  // and op_diff_ahead, op_copy_ahead: the same decoder (their slots hold barrier layouts)
     case op_copy_request: {
       const auto req = decode_unit_request(payload, lim.units, k_closed);
       if (req.empty() || req.size() % 3 != 0) fuzz::finding("unit request of a bad shape accepted");

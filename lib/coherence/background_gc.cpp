@@ -247,14 +247,8 @@ void engine::start_home_validation(std::uint32_t u, std::vector<wanted> wants, c
       job->replies.emplace_back(source, std::vector<std::byte>(payload.begin(), payload.end()));
       if (--job->outstanding == 0) finish_home_validation(*job);
     };
-    const std::uint32_t token = register_box(box);
-    net::byte_writer out;
-    out.put(std::uint32_t{1});
-    out.put(u);
-    out.put(w.after);
-    out.put(w.through);
-    stats::add(stats::counter::diff_requests);
-    send_protocol(static_cast<int>(w.creator), op_diff_ahead, token, out.bytes());  // no fault: a validation
+    // Not a fault: a request ahead (the writer must not take the unit for one this rank read).
+    send_fetch_request(w.creator, false, false, {u, w.after, w.through}, std::move(box));
   }
 }
 

@@ -8,6 +8,7 @@
 #include "coherence/protocol.hpp"
 #include "common/wait_subject.hpp"
 #include "net/doorbells.hpp"
+#include "os/vm.hpp"
 #include "stats/clock.hpp"
 #include "stats/counters.hpp"
 
@@ -144,6 +145,8 @@ namespace {
 // A reply normally takes 10-60 us (a round trip plus making the diffs of up to 16 units; a
 // readahead batch of up to 128 takes longer, and a nudge then only costs a spurious wake-up).
 constexpr double k_nudge_after_ns = 50'000;
+// The smallest fetch whose pages are given their memory ahead (fetch): a readahead batch.
+constexpr std::size_t k_populate_min = 16;
 }  // namespace
 
 auto engine::fetch(std::vector<fetch_unit>& batch, bool need_copy, bool& copy_busy, const readahead& next)
@@ -164,6 +167,11 @@ auto engine::fetch(std::vector<fetch_unit>& batch, bool need_copy, bool& copy_bu
   // The walk's next window is asked for right behind this batch: its writers make its diffs
   // while we install this one, and the application computes on this one while it comes.
   if (next.count != 0) start_prefetch(next.from, next.count, need_copy, batch.front().wants, static_cast<int>(home));
+  // A readahead batch's pages get their memory while we wait, as a prefetch window's do
+  // (start_prefetch). Not for a few units: their pages are usually there, and the call would
+  // only add to a short wait.
+  if (batch.size() >= k_populate_min)
+    os::populate(region_.lib_unit(batch.front().unit), region_.unit() * (batch.back().unit - batch.front().unit + 1));
   // All writers are asked at once; wait for every reply. A writer that has not answered within
   // k_nudge_after_ns may have left a wait just before our request came and compute now, its
   // progress thread parked: nudge it (net/doorbells.hpp).
@@ -272,6 +280,13 @@ void engine::start_prefetch(std::uint32_t from, std::uint32_t count, bool need_c
     };
     send_fetch_request(creator, need_copy && creator == static_cast<std::uint32_t>(home), false, req, std::move(box));
   }
+  // The window's pages get their memory now, one call for the window, while its writers make
+  // its diffs: installed into pages that have never been touched, each unit's first write
+  // would fault into the kernel and clear a page there, on the installing thread when the
+  // reply comes (a rank reading another's freshly written block, as matmul reads B, spent most
+  // of its install time so). The units are contiguous (join_batch_locked stops at the first
+  // that cannot join) and `fetching`, so nothing reads them meanwhile; populating writes no byte.
+  os::populate(region_.lib_unit(from), region_.unit() * job->batch.size());
 }
 
 bool engine::prefetch_allowed() const noexcept {

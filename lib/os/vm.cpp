@@ -124,4 +124,13 @@ void discard(void* addr, std::size_t len) {
   }
 }
 
+void populate(void* addr, std::size_t len) {
+#ifdef MADV_POPULATE_WRITE
+  (void)::madvise(addr, len, MADV_POPULATE_WRITE);  // a failure leaves the pages to their faults
+#else
+  (void)addr;
+  (void)len;
+#endif
+}
+
 }  // namespace mdsm::os

@@ -64,4 +64,9 @@ void protect(void* addr, std::size_t len, prot p);
 // Frees the physical memory behind a range of a shared mapping; the next touch reads zeros.
 void discard(void* addr, std::size_t len);
 
+// Gives every page of a writable range its memory now, in one call, as writes would one fault
+// each. Pages that have theirs are left alone. Best effort: a kernel without
+// MADV_POPULATE_WRITE (before Linux 5.14) leaves it to the faults.
+void populate(void* addr, std::size_t len);
+
 }  // namespace mdsm::os

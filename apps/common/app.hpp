@@ -5,8 +5,10 @@
 //
 // Per rank (MDSM_APP_RANK): wait_s every wait for a remote event; of the section's time, fault_s
 // went to coherent-region faults (their remote fetches included), gc_s to garbage collection and
-// sync_wait_s to the other waits (locks, barriers, messages); handler_s is the time message
-// handlers ran on any of the rank's threads (the progress thread's included).
+// sync_wait_s to the other waits (locks, barriers, messages), coherence_s to the consistency work
+// its application threads did at releases and acquires (closing intervals, diffs pushed with a
+// RELEASE, notices applied; waits excluded); handler_s is the time message handlers ran on any of
+// the rank's threads (the progress thread's included).
 // messages/msg_bytes (MDSM_APP) count every frame mdsm put on the wire (user, coordination and
 // coherence protocol messages, summed over ranks), as the CarlOS tables did, and the MPI messages
 // of the annotated MPI calls (mpi_ext/): one per MDSM_ send, plus its side-channel message of
@@ -58,8 +60,8 @@ inline measurement end_measurement(double start) {
 // every rank verified). The reported time is the maximum of the ranks' section times.
 inline int report(std::string_view app, std::string_view version, bool verified, const measurement& m) {
   auto secs = [&](const char* c) { return static_cast<double>(m.mine.at(c)) * 1e-9; };
-  const rank_times mine{m.seconds, secs("wait_ns"), secs("handler_ns"), secs("sync_wait_ns"), secs("fault_ns"),
-                        secs("gc_ns")};
+  const rank_times mine{m.seconds,        secs("wait_ns"), secs("handler_ns"),  secs("sync_wait_ns"),
+                        secs("fault_ns"), secs("gc_ns"),   secs("coherence_ns")};
   const std::uint64_t mpi_ext_synchronizing =
       m.total.at("mpi_sends_request") + m.total.at("mpi_sends_release") + m.total.at("mpi_sends_release_nt");
   const std::uint64_t mpi_ext_sends = m.total.at("mpi_sends_none") + mpi_ext_synchronizing;

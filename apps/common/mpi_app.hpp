@@ -5,7 +5,8 @@
 // What the lines mean for such a program:
 //   time_s       the rank's time for the measured section (MDSM_APP: the slowest rank's);
 //   wait_s, sync_wait_s  the time the rank spent inside MPI communication calls (every call in
-//                the section goes through mpi_section::communicate); handler_s, fault_s, gc_s 0;
+//                the section goes through mpi_section::communicate); handler_s, fault_s, gc_s,
+//                coherence_s 0;
 //   messages, msg_bytes  the messages the application sent, summed over the ranks. A
 //                point-to-point send is one message. A collective is counted as the messages of
 //                the ring algorithm (the bandwidth-optimal textbook one): an allgather sends P-1

@@ -8,7 +8,7 @@
 //   MDSM_APP app=<a> version=<v> ranks=<n> time_s=<t> verified=<0|1> messages=<m>
 //            msg_bytes=<b> diffs=<d> diff_requests=<r>
 //   MDSM_APP_RANK app=<a> version=<v> rank=<i> time_s=<t> wait_s=<w> handler_s=<h>
-//            sync_wait_s=<s> fault_s=<f> gc_s=<g>
+//            sync_wait_s=<s> fault_s=<f> gc_s=<g> coherence_s=<c>
 // time_s on the MDSM_APP line is the slowest rank's time for the measured section.
 #pragma once
 
@@ -69,6 +69,9 @@ struct rank_times {
   double sync_wait_s = 0;  // waits for synchronization: locks, barriers, messages
   double fault_s = 0;      // coherent-region faults, their remote fetches included
   double gc_s = 0;         // garbage collection
+  // The consistency work the application's threads did themselves at releases and acquires
+  // (closing intervals, pushed diffs, notices applied), waits excluded: mdsm's coherence_ns.
+  double coherence_s = 0;
 };
 
 // What every rank put on the wire during the section, summed over the ranks (the MDSM_APP fields).
@@ -92,8 +95,9 @@ inline int report_lines(std::string_view app, std::string_view version, bool ver
   MPI_Allreduce(&ok_local, &ok_all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
   double t_max = 0;
   MPI_Allreduce(&mine.time_s, &t_max, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-  constexpr int k_fields = 6;
-  double row[k_fields] = {mine.time_s, mine.wait_s, mine.handler_s, mine.sync_wait_s, mine.fault_s, mine.gc_s};
+  constexpr int k_fields = 7;
+  double row[k_fields] = {mine.time_s,  mine.wait_s, mine.handler_s,  mine.sync_wait_s,
+                          mine.fault_s, mine.gc_s,   mine.coherence_s};
   std::vector<double> rows(me == 0 ? k_fields * static_cast<std::size_t>(n) : 0);
   MPI_Gather(row, k_fields, MPI_DOUBLE, rows.data(), k_fields, MPI_DOUBLE, 0, MPI_COMM_WORLD);
 
@@ -109,8 +113,8 @@ inline int report_lines(std::string_view app, std::string_view version, bool ver
     for (int r = 0; r < n; ++r) {
       const double* x = &rows[static_cast<std::size_t>(k_fields * r)];
       std::printf("MDSM_APP_RANK app=%s version=%s rank=%d time_s=%.6f wait_s=%.6f handler_s=%.6f sync_wait_s=%.6f "
-                  "fault_s=%.6f gc_s=%.6f\n",
-                  a.c_str(), v.c_str(), r, x[0], x[1], x[2], x[3], x[4], x[5]);
+                  "fault_s=%.6f gc_s=%.6f coherence_s=%.6f\n",
+                  a.c_str(), v.c_str(), r, x[0], x[1], x[2], x[3], x[4], x[5], x[6]);
     }
     std::fflush(stdout);
   }

@@ -6,7 +6,8 @@ Runs run_tables.py --apps matmul --ranks 1,2 --quick --repeat 2 --no-plots (with
 lock or the wait for an idle machine: the test is no measurement, and `meson test` may run under
 the lock itself) and checks OUT_DIR's CSV files: the documented headers, one verified row per
 version (the mdsm versions and the plain-MPI one) and rank count, medians inside their ranges,
-per-rank breakdowns that add up, and runs interleaved by repetition.
+per-rank breakdowns that add up (consistency work timed in the mdsm versions at 2 ranks, none in
+plain MPI's), and runs interleaved by repetition.
 """
 import csv
 import subprocess
@@ -64,9 +65,14 @@ def check(build, out):
     if len(ranks) != sum(int(n) for _, _, n in want):
         return f"apps_ranks.csv: {len(ranks)} rows for {sorted(want)}"
     for p in ranks:
-        parts = sum(float(p[k]) for k in ("compute_s", "fault_s", "sync_wait_s", "gc_s"))
+        parts = sum(float(p[k]) for k in ("compute_s", "fault_s", "sync_wait_s", "coherence_s", "gc_s"))
         if abs(parts - float(p["time_s"])) > 1e-5 or min(float(p[k]) for k in run_tables.RANK_CSV_HEADER[4:]) < 0:
             return f"apps_ranks.csv: the breakdown does not add up to the time: {p}"
+    # Releases and acquires at 2 ranks do consistency work the mdsm versions time; plain MPI has none.
+    if sum(float(p["coherence_s"]) for p in ranks if p["ranks"] == "2" and p["version"] != run_tables.MPI_VERSION) <= 0:
+        return "apps_ranks.csv: no consistency work timed in the mdsm versions at 2 ranks"
+    if any(float(p["coherence_s"]) != 0 for p in ranks if p["version"] == run_tables.MPI_VERSION):
+        return "apps_ranks.csv: consistency work in the plain-MPI version"
 
     header, runs = read(out / "apps_runs.csv")
     if header != run_tables.RUNS_CSV_HEADER:

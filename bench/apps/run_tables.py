@@ -81,8 +81,8 @@ TARGETS = [
 
 CSV_HEADER = ["app", "version", "ranks", "oversubscribed", "runs", "time_s", "time_min_s", "time_max_s", "speedup",
               "speedup_min", "speedup_max", "messages", "avg_msg_bytes", "diffs", "diff_requests", "verified"]
-RANK_CSV_HEADER = ["app", "version", "ranks", "rank", "time_s", "compute_s", "fault_s", "sync_wait_s", "gc_s",
-                   "handler_s", "wait_s"]
+RANK_CSV_HEADER = ["app", "version", "ranks", "rank", "time_s", "compute_s", "fault_s", "sync_wait_s",
+                   "coherence_s", "gc_s", "handler_s", "wait_s"]
 RUNS_CSV_HEADER = ["app", "version", "ranks", "repeat", "time_s", "verified", "start_utc", "lock_wait_s", "load1",
                    "busy_cpus", "idle_wait_s", "busy", "others_cpus"]
 
@@ -434,10 +434,12 @@ def print_targets(rows, ceiling):
 
 
 def rank_breakdown(p):
-    """One rank's seconds in the median run: compute = time - fault - sync wait - gc (the
-    application thread's own work); handlers ran on any thread and are not part of the sum."""
-    f = {k: float(p.get(k, 0)) for k in ("time_s", "fault_s", "sync_wait_s", "gc_s", "handler_s", "wait_s")}
-    f["compute_s"] = max(0.0, f["time_s"] - f["fault_s"] - f["sync_wait_s"] - f["gc_s"])
+    """One rank's seconds in the median run: compute = time - fault - sync wait - coherence - gc
+    (the application thread's own work; coherence is the consistency work its threads did at
+    releases and acquires, waits excluded); handlers ran on any thread and are not part of the sum."""
+    f = {k: float(p.get(k, 0))
+         for k in ("time_s", "fault_s", "sync_wait_s", "coherence_s", "gc_s", "handler_s", "wait_s")}
+    f["compute_s"] = max(0.0, f["time_s"] - f["fault_s"] - f["sync_wait_s"] - f["coherence_s"] - f["gc_s"])
     f["rank"] = int(p["rank"])
     return f
 
@@ -530,19 +532,21 @@ def breakdown_ranks(rows, app):
     return fitting[-1] if fitting else counts[0]
 
 
-BREAKDOWN_PARTS = [("compute", "compute_s"), ("fault", "fault_s"), ("sync wait", "sync_wait_s"), ("gc", "gc_s")]
+BREAKDOWN_PARTS = [("compute", "compute_s"), ("fault", "fault_s"), ("sync wait", "sync_wait_s"),
+                   ("coherence", "coherence_s"), ("gc", "gc_s")]
 
 
 def print_breakdowns(rows, apps):
-    print("\nWhere the time went (median run; seconds per rank): compute = time - fault - sync wait - gc;"
+    print("\nWhere the time went (median run; seconds per rank): compute = time - fault - sync wait - coherence - gc;"
+          "\ncoherence = consistency work at releases and acquires on the application's threads (waits excluded);"
           "\nhandlers = message handlers on any of the rank's threads (progress thread included), not part of the sum")
     for app in apps:
         n = breakdown_ranks(rows, app)
         if n is None:
             continue
         print(f"\n{app}, {n} rank{'s' if n > 1 else ''}")
-        head = (f"{'version':<9}{'rank':>5}{'time':>9}{'compute':>9}{'fault':>9}{'sync wait':>10}{'gc':>8}"
-                f"{'handlers':>10}")
+        head = (f"{'version':<9}{'rank':>5}{'time':>9}{'compute':>9}{'fault':>9}{'sync wait':>10}{'coherence':>10}"
+                f"{'gc':>8}{'handlers':>10}")
         print(head)
         print("-" * len(head))
         for r in rows:
@@ -550,7 +554,7 @@ def print_breakdowns(rows, apps):
                 continue
             for p in sorted(r["per_rank"], key=lambda p: p["rank"]):
                 print(f"{r['version']:<9}{p['rank']:>5}{p['time_s']:>9.3f}{p['compute_s']:>9.3f}{p['fault_s']:>9.3f}"
-                      f"{p['sync_wait_s']:>10.3f}{p['gc_s']:>8.3f}{p['handler_s']:>10.3f}")
+                      f"{p['sync_wait_s']:>10.3f}{p['coherence_s']:>10.3f}{p['gc_s']:>8.3f}{p['handler_s']:>10.3f}")
 
 
 def print_speedup_chart(rows, apps, width=40):
@@ -672,7 +676,8 @@ def plot(rows, apps, out):
 
     # Per-rank time breakdown of the median run at 2 ranks (or the largest count that fits).
     fig, axes = plt.subplots(nrow, ncol, figsize=(4.6 * ncol, 3.8 * nrow), squeeze=False)
-    colours = {"compute": "#4c72b0", "fault": "#c44e52", "sync wait": "#c0c0c0", "gc": "#8172b2"}
+    colours = {"compute": "#4c72b0", "fault": "#c44e52", "sync wait": "#c0c0c0", "coherence": "#55a868",
+               "gc": "#8172b2"}
     for ax, app in zip(axes.flat, apps):
         n = breakdown_ranks(rows, app)
         done = [r for r in rows if r["app"] == app and r["ranks"] == n and r.get("per_rank")]
@@ -719,7 +724,8 @@ def plot(rows, apps, out):
                 handles.append(h)
                 names.append(name)
     fig.legend(handles, names, loc="lower center", ncol=len(names), fontsize=8, frameon=False)
-    fig.suptitle("Time per rank: compute, coherence faults, synchronization waits, GC; message handlers beside")
+    fig.suptitle("Time per rank: compute, coherence faults, synchronization waits, consistency work, GC; "
+                 "message handlers beside")
     fig.tight_layout(rect=(0, 0.06, 1, 1))
     fig.subplots_adjust(hspace=0.55)
     path = out / "breakdown.png"

@@ -298,7 +298,7 @@ size_t mdsm_stat_count(void);
 const char* mdsm_stat_name(size_t index); /* NULL past the end */
 mdsm_status mdsm_stat(const char* name, uint64_t* value);
 mdsm_status mdsm_stats_reset(void);
-/* Nonzero turns the time counters (handler_ns, wait_ns) on; see mdsm::set_statistics_timing. */
+/* Nonzero turns the time counters (the *_ns ones) on; see mdsm::set_statistics_timing. */
 mdsm_status mdsm_set_stats_timing(int on);
 
 #ifdef __cplusplus

@@ -356,9 +356,10 @@ std::uint64_t statistic(std::string_view name);
 // Collective: every rank's counters summed.
 std::map<std::string, std::uint64_t> statistics_total();
 void statistics_reset();
-// Turns the time counters (handler_ns, wait_ns) on or off for this rank. They are on from init
-// when MDSM_STATS asks for a report or MDSM_STATS_TIMING=1, else off and zero: their clock reads
-// cost ~15% of a small-message round trip. Every other counter is always kept.
+// Turns the time counters (handler_ns, wait_ns and its parts, fault_ns, gc_ns, coherence_ns) on
+// or off for this rank. They are on from init when MDSM_STATS asks for a report or
+// MDSM_STATS_TIMING=1, else off and zero: their clock reads cost ~15% of a small-message round
+// trip. Every other counter is always kept.
 void set_statistics_timing(bool on);
 
 }  // namespace mdsm

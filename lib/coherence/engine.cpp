@@ -5,6 +5,7 @@
 #include "coherence/protocol.hpp"
 #include "common/deferred.hpp"
 #include "common/wait_subject.hpp"
+#include "net/context.hpp"
 #include "stats/counters.hpp"
 
 #include <algorithm>
@@ -274,6 +275,7 @@ void engine::encode_request(net::byte_writer& out) {
 }
 
 void engine::encode_release(int dest, bool transitive, net::byte_writer& out) {
+  stats::work_scope timed(net::current_handler() == nullptr);
   encode_release_locked(dest, transitive, out);
   maybe_want_gc();
 }
@@ -412,6 +414,7 @@ bool engine::apply_if_covered_locked(release_info& info) {
 }
 
 acquire_ptr engine::begin_acquire(release_info&& info) {
+  stats::work_scope timed(net::current_handler() == nullptr);
   {
     std::lock_guard lk(meta_);
     if (apply_if_covered_locked(info)) return nullptr;  // complete: nothing to share
@@ -422,6 +425,7 @@ acquire_ptr engine::begin_acquire(release_info&& info) {
 }
 
 acquire_ptr engine::begin_acquire(std::vector<release_info> infos) {
+  stats::work_scope timed(net::current_handler() == nullptr);
   std::vector<std::pair<int, std::vector<std::uint32_t>>> missing;
   acquire_ptr a;
   {

@@ -8,6 +8,7 @@ namespace mdsm::stats {
 
 
 thread_local constinit activity t_activity = activity::none;
+thread_local constinit bool work_scope::t_in_work = false;
 
 namespace storage {
 thread_local constinit block* t_block = nullptr;

@@ -168,10 +168,11 @@ auto engine::fetch(std::vector<fetch_unit>& batch, bool need_copy, bool& copy_bu
   // while we install this one, and the application computes on this one while it comes.
   if (next.count != 0) start_prefetch(next.from, next.count, need_copy, batch.front().wants, static_cast<int>(home));
   // A readahead batch's pages get their memory while we wait, as a prefetch window's do
-  // (start_prefetch). Not for a few units: their pages are usually there, and the call would
-  // only add to a short wait.
+  // (start_prefetch; the batch is contiguous too, gather_neighbours stops at the first unit that
+  // cannot join). Not for a few units: their pages are usually there, and the call would only add
+  // to a short wait.
   if (batch.size() >= k_populate_min)
-    os::populate(region_.lib_unit(batch.front().unit), region_.unit() * (batch.back().unit - batch.front().unit + 1));
+    os::populate(region_.lib_unit(batch.front().unit), region_.unit() * batch.size());
   // All writers are asked at once; wait for every reply. A writer that has not answered within
   // k_nudge_after_ns may have left a wait just before our request came and compute now, its
   // progress thread parked: nudge it (net/doorbells.hpp).

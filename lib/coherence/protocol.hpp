@@ -61,6 +61,12 @@ enum : std::uint32_t {
   op_copy_ahead = 14,  // op_copy_request's payload and reply, no unit read yet
 };
 
+// The operations whose reply a rank waits for (engine::send_protocol sends them as requests).
+constexpr bool is_request(std::uint32_t op) {
+  return op == op_diff_request || op == op_copy_request || op == op_diff_ahead || op == op_copy_ahead ||
+         op == op_interval_request;
+}
+
 // One piece of a diff or copy reply (`pieces` above); `bytes` points into the reply and is
 // validated as a diff when it is applied (apply_diff checks everything before it writes).
 struct piece_view {

@@ -26,8 +26,7 @@ void engine::send_protocol(int dest, std::uint32_t op, std::uint32_t token, std:
   stats::add(stats::counter::protocol_msgs_sent);
   stats::add(stats::counter::protocol_bytes_sent, sizeof(net::frame_header) + payload.size());
   const net::frame_header h = net::make_header(net::channel::coherence, op, rank_, 0, token);
-  if (op != op_diff_request && op != op_copy_request && op != op_diff_ahead && op != op_copy_ahead &&
-      op != op_interval_request) {
+  if (!is_request(op)) {
     transport_.send(dest, h, payload);
     return;
   }
